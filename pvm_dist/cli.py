@@ -1,0 +1,215 @@
+"""The ``pvm-dist`` command line (typer).
+
+Every user error (bad spec, bad checkpoint, bad argument) prints one line to stderr and exits
+non-zero; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+
+from pvm_dist import __version__
+
+app = typer.Typer(
+    name="pvm-dist",
+    help="Train Predictive Vision Models (PVM) fast: one GPU, a CPU, or a Ray cluster.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+_debug = False
+
+#: What ``pvm-dist info`` assumes when no bandwidth is given: an H200's measured device copy.
+DEFAULT_BANDWIDTH_TBS = 4.3
+
+
+class UserError(Exception):
+    """A problem with what the user asked for; shown as one line, no traceback."""
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from pvm_dist.checkpoint import CheckpointError
+    from pvm_dist.spec import SpecError
+
+    return (UserError, SpecError, CheckpointError, FileNotFoundError, PermissionError, IsADirectoryError)
+
+
+def _print_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks for errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    global _debug
+    _debug = debug
+    if version:
+        typer.echo(f"pvm-dist {__version__}")
+        raise typer.Exit(0)
+
+
+@app.command()
+def info(
+    spec: Annotated[str, typer.Argument(help="Spec file, or a model-zoo name (small, med, LARGE, tiny, ...).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    bandwidth: Annotated[
+        float, typer.Option("--bandwidth", help="Memory bandwidth in TB/s for the floor step rate.", min=0.001)
+    ] = DEFAULT_BANDWIDTH_TBS,
+) -> None:
+    """Sizes and costs of a model: units, weights, image, per-layer sizes, FLOPs and bytes per step, memory floor."""
+    from pvm_dist.spec import load_spec
+    from pvm_dist.topology import build_topology
+
+    s = load_spec(spec)
+    summary = build_topology(s).summary(bandwidth * 1e12)
+    summary["ignored_keys"] = sorted(s.ignored)
+    summary["unknown_keys"] = list(s.unknown_keys)
+    summary["spec"] = s.to_dict()
+    if as_json:
+        _print_json(summary)
+        return
+    _print_info(summary, s.source)
+
+
+def _print_info(sm: dict, source: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    D = sm["image"]
+    con.print(f"[bold]{sm['name']}[/bold]  ({source})")
+    con.print(f"  units              {sm['units']:,}")
+    con.print(f"  weights            {sm['weights']:,}  (W0 {sm['weights_w0']:,} + W1 {sm['weights_w1']:,}; {sm['weights_mb_fp32']} MB fp32)")
+    con.print(f"  image              {D[0]}×{D[1]}×{D[2]}")
+    con.print(f"  projections        {sm['primary_projections']:,} primary, {sm['context_projections']:,} context ({sm['context_duplicates']:,} duplicates)")
+    con.print(f"  input memory       Σ(N+1) = {sm['input_memory']:,}; outputs ΣM = {sm['output_memory']:,}")
+    con.print(f"  readout weights    {sm['readout_weights']:,}")
+    con.print(f"  FLOPs per step     {sm['flops_per_step'] / 1e6:,.1f} M (6·W0 + 8·W1)")
+    con.print(
+        f"  bytes per step     {sm['weight_bytes_per_step'] / 1e6:,.1f} MB weights (16·W0 + 20·W1) + "
+        f"{sm['activation_bytes_per_step'] / 1e6:,.1f} MB activations"
+    )
+    con.print(
+        f"  memory floor       {sm['floor_steps_per_s']:,.0f} steps/s ({sm['floor_step_us']:.1f} µs/step) "
+        f"at {sm['bandwidth_bytes_per_s'] / 1e12:g} TB/s, one sequence"
+    )
+    table = Table(title="layers", show_edge=False)
+    for col in ("layer", "grid", "units", "P", "M", "context min–max (mean)", "N min–max (mean)", "weights"):
+        table.add_column(col, justify="right")
+    for ly in sm["layers"]:
+        table.add_row(
+            str(ly["index"]),
+            f"{ly['side']}×{ly['side']}",
+            str(ly["units"]),
+            str(ly["signal"]),
+            str(ly["outputs"]),
+            f"{ly['context_min']}–{ly['context_max']} ({ly['context_mean']:.1f})",
+            f"{ly['input_min']}–{ly['input_max']} ({ly['input_mean']:.1f})",
+            f"{ly['weights']:,}",
+        )
+    con.print(table)
+    if sm["ignored_keys"]:
+        con.print(f"  ignored keys       {', '.join(sm['ignored_keys'])}")
+    if sm["unknown_keys"]:
+        con.print(f"  [yellow]unknown keys (typos?)  {', '.join(sm['unknown_keys'])}[/yellow]")
+
+
+@app.command()
+def validate(
+    files: Annotated[list[str], typer.Argument(help="Spec files (or model-zoo names) to check.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per file.")] = False,
+) -> None:
+    """Check spec files; print what each defines and which keys it ignores. Exits 2 on the first invalid one."""
+    from pvm_dist.spec import load_spec
+    from pvm_dist.topology import build_topology
+
+    results = []
+    for f in files:
+        s = load_spec(f)
+        topo = build_topology(s)
+        results.append(
+            {
+                "file": s.source,
+                "name": s.name,
+                "valid": True,
+                "units": topo.n_units,
+                "weights": topo.n_weights,
+                "ignored_keys": sorted(s.ignored),
+                "unknown_keys": list(s.unknown_keys),
+            }
+        )
+    if as_json:
+        _print_json(results if len(results) > 1 else results[0])
+        return
+    for r in results:
+        line = f"ok  {r['file']}: {r['name']}, {r['units']:,} units, {r['weights']:,} weights"
+        if r["ignored_keys"]:
+            line += f"; ignored: {', '.join(r['ignored_keys'])}"
+        typer.echo(line)
+        if r["unknown_keys"]:
+            typer.echo(f"    warning: unknown keys (typos?): {', '.join(r['unknown_keys'])}", err=True)
+
+
+@app.command()
+def doctor(as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+    """What this installation has: Python, numpy, the native module and its CUDA status, GPUs, Ray, MLflow."""
+    from pvm_dist.doctor import collect
+
+    report = collect()
+    if as_json:
+        _print_json(report)
+        return
+    for key, value in report.items():
+        if isinstance(value, dict):
+            typer.echo(f"{key}:")
+            for k, v in value.items():
+                typer.echo(f"  {k:<22} {v}")
+        else:
+            typer.echo(f"{key:<24} {value}")
+
+
+def main() -> None:
+    """Console-script entry point: run the app and turn user errors into one line + exit 2."""
+    try:
+        rc = app(standalone_mode=False)
+    except click.exceptions.Abort:
+        typer.echo("pvm-dist: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:
+        if _debug or not isinstance(exc, _user_errors()):
+            if not _debug:
+                typer.echo(f"pvm-dist: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+                sys.exit(1)
+            raise
+        typer.echo(f"pvm-dist: error: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":
+    main()
