@@ -1,0 +1,29 @@
+"""Shared fixtures. Tests that read ../shared skip cleanly where it is absent (a user's clone)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("PVM_SHARED_DIR", REPO.parent / "shared"))
+ORIGINAL_ZOO = SHARED / "data" / "original_model_zoo"
+ZOO = REPO / "model_zoo"
+ZOO_NAMES = ["small", "med", "med_exp", "LARGE", "classic", "classic_medium",
+             "experiment1_green_ball", "experiment1_stop_sign", "experiment2"]
+
+
+@pytest.fixture
+def original_zoo() -> Path:
+    if not ORIGINAL_ZOO.is_dir():
+        pytest.skip(f"{ORIGINAL_ZOO} not present (../shared is only beside the developers' checkout)")
+    return ORIGINAL_ZOO
+
+
+def random_frames(spec, n_steps: int, n_seq: int = 1, seed: int = 0) -> np.ndarray:
+    """uint8 BGR frames [n_steps, n_seq, D, D, C], never all zeros."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, size=(n_steps, n_seq, *spec.image_shape), dtype=np.uint8)

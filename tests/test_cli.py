@@ -1,0 +1,73 @@
+"""The pvm-dist command line, run as a user would (a subprocess of the installed entry point)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ZOO
+
+CLI = [sys.executable, "-m", "pvm_dist.cli"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_commands():
+    out = run("--help")
+    assert out.returncode == 0
+    for cmd in ("info", "validate", "doctor"):
+        assert cmd in out.stdout
+
+
+def test_info_small_text_and_json():
+    out = run("info", str(ZOO / "small.json"))
+    assert out.returncode == 0, out.stderr
+    assert "265" in out.stdout and "17,538,806" in out.stdout and "60×60×3" in out.stdout
+    js = json.loads(run("info", "small", "--json", "--bandwidth", "4.3").stdout)
+    assert js["units"] == 265 and js["weights"] == 17_538_806 and js["image"] == [60, 60, 3]
+    assert [ly["units"] for ly in js["layers"]] == [144, 64, 36, 16, 4, 1]
+    assert round(js["floor_steps_per_s"]) == round(4.3e12 / 294_427_296)
+
+
+def test_info_med_exp_feed_context():
+    js = json.loads(run("info", "med_exp", "--json").stdout)
+    assert js["weights"] == 157_803_994 and js["units"] == 521
+
+
+def test_validate_ok_and_ignored_keys(original_zoo):
+    out = run("validate", str(original_zoo / "small.json"), str(ZOO / "tiny.json"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("ok  ") == 2 and "ignored: autoencoder" in out.stdout
+
+
+@pytest.mark.parametrize("content,needle", [
+    ('{"layer_shapes": ["4", "x"]}', "key 'layer_shapes'"),
+    ("{nope", "not valid JSON"),
+])
+def test_bad_spec_is_one_line_no_traceback(tmp_path, content, needle):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    for cmd in ("validate", "info"):
+        out = run(cmd, str(bad))
+        assert out.returncode == 2
+        assert needle in out.stderr and str(bad) in out.stderr
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_missing_spec_and_debug_traceback(tmp_path):
+    out = run("info", str(tmp_path / "missing.json"))
+    assert out.returncode == 2 and "no such file" in out.stderr and "Traceback" not in out.stderr
+    out = run("--debug", "info", str(tmp_path / "missing.json"))
+    assert out.returncode != 0 and "Traceback" in out.stderr
+
+
+def test_doctor_reports_versions():
+    out = run("doctor", "--json")
+    assert out.returncode == 0, out.stderr
+    js = json.loads(out.stdout)
+    assert js["numpy"] and js["python"] and "available" in js["native_module"]
+    assert {"ray", "mlflow", "gpus_seen"} <= js.keys()
