@@ -114,7 +114,7 @@ def _print_info(sm: dict, source: str) -> None:
         f"at {sm['bandwidth_bytes_per_s'] / 1e12:g} TB/s, one sequence"
     )
     table = Table(title="layers", show_edge=False)
-    for col in ("layer", "grid", "units", "P", "M", "context min–max (mean)", "N min–max (mean)", "weights"):
+    for col in ("layer", "grid", "units", "P", "M", "context (mean)", "N (mean)", "weights"):
         table.add_column(col, justify="right")
     for ly in sm["layers"]:
         table.add_row(
@@ -186,6 +186,95 @@ def doctor(as_json: Annotated[bool, typer.Option("--json", help="Print one JSON 
                 typer.echo(f"  {k:<22} {v}")
         else:
             typer.echo(f"{key:<24} {value}")
+
+
+def _parse_overrides(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"-O expects key=value, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@app.command()
+def train(
+    spec: Annotated[str, typer.Option("--spec", "-s", help="Spec file or model-zoo name.")] = "tiny",
+    data: Annotated[str, typer.Option("--data", "-d", help="Frame source: synthetic:bar or synthetic:noise.")] = "synthetic:bar",
+    steps: Annotated[int, typer.Option("--steps", "-n", help="Train until this step (also when resuming).", min=1)] = 1000,
+    n_seq: Annotated[int, typer.Option("--n-seq", help="Independent sequences trained together (shared weights).", min=1)] = 1,
+    backend: Annotated[str, typer.Option("--backend", help="auto, reference or native.")] = "auto",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the initial weights and synthetic data.")] = 0,
+    overrides: Annotated[list[str], typer.Option("-O", help="Spec override key=value (repeatable), e.g. -O derivative=exact.")] = [],  # noqa: B006
+    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps (0: at the end only).", min=0)] = 0,
+    keep: Annotated[int, typer.Option("--keep", help="How many of the newest checkpoints to keep.", min=1)] = 2,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run folder (default: runs/<spec>-<time>).")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue bit-identically from this checkpoint.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the final summary as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Train one model locally (reference engine on the CPU for now) with checkpoints and exact resume.
+
+    Ctrl-C saves a checkpoint and prints the command that resumes it.
+    """
+    import time as _time
+
+    from pvm_dist.engine import BACKENDS
+    from pvm_dist.spec import load_spec
+    from pvm_dist.training import TrainConfig, config_from_checkpoint
+    from pvm_dist.training import train as run_training
+
+    if backend not in BACKENDS:
+        raise UserError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    ck = None
+    if resume is not None:
+        cfg, ck = config_from_checkpoint(resume, steps, run_dir)
+        if ck.step >= steps:
+            raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
+    else:
+        s = load_spec(spec)
+        if overrides:
+            s = s.with_overrides(_parse_overrides(overrides))
+        folder = run_dir or Path("runs") / f"{s.name}-{_time.strftime('%Y%m%d-%H%M%S')}"
+        cfg = TrainConfig(spec=s, steps=steps, run_dir=folder, n_seq=n_seq, seed=seed, backend=backend, data=data)
+        from pvm_dist.data.synthetic import SOURCES
+
+        if data not in SOURCES:
+            raise UserError(f"unknown data source {data!r}; available now: {', '.join(SOURCES)}")
+    cfg.checkpoint_every, cfg.keep_checkpoints = checkpoint_every, keep
+    result = _train_with_progress(cfg, ck, show=not (quiet or as_json), run=run_training)
+    summary = {
+        "step": result.step, "interrupted": result.interrupted, "checkpoint": str(result.checkpoint),
+        "run_dir": str(result.run_dir), "seconds": round(result.seconds, 3), "steps_per_s": result.steps_per_s,
+        "frames_per_s": result.frames_per_s,
+        "mse_two_step": result.final_metrics.get("mse_two_step"), "mse_one_step": result.final_metrics.get("mse_one_step"),
+    }
+    if as_json:
+        _print_json(summary)
+    else:
+        typer.echo(f"step {result.step:,} in {result.seconds:.1f} s ({result.steps_per_s:,.1f} steps/s, "
+                   f"{result.frames_per_s:,.1f} frames/s); checkpoint {result.checkpoint}")
+    if result.interrupted:
+        typer.echo(f"interrupted; resume with: pvm-dist train --resume {result.checkpoint} --steps {cfg.steps}", err=True)
+        raise typer.Exit(130)
+
+
+def _train_with_progress(cfg: Any, ck: Any, show: bool, run: Any) -> Any:
+    if not show:
+        return run(cfg, ck)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("step {task.completed:,.0f}/{task.total:,.0f}"),
+               TextColumn("{task.fields[rate]}"), TextColumn("err {task.fields[err]}"), TimeRemainingColumn()]
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task(cfg.spec.name, total=cfg.steps, completed=ck.step if ck else 0, rate="", err="–")
+
+        def update(p: Any) -> None:
+            err = f"{p.error:.5f}" if p.error is not None else "–"
+            bar.update(task, completed=p.step, rate=f"{p.steps_per_s:,.1f} steps/s {p.frames_per_s:,.1f} fr/s", err=err)
+
+        return run(cfg, ck, on_progress=update)
 
 
 def main() -> None:
