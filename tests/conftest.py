@@ -27,3 +27,15 @@ def random_frames(spec, n_steps: int, n_seq: int = 1, seed: int = 0) -> np.ndarr
     """uint8 BGR frames [n_steps, n_seq, D, D, C], never all zeros."""
     rng = np.random.default_rng(seed)
     return rng.integers(0, 256, size=(n_steps, n_seq, *spec.image_shape), dtype=np.uint8)
+
+
+def cli_command() -> list[str]:
+    """The installed ``pvm-dist`` script beside this Python, else ``python -m pvm_dist.cli``.
+
+    The script does not put the working directory on sys.path, so tests run from the checkout
+    still exercise the installed package (with its native module).
+    """
+    import sys
+
+    script = Path(sys.executable).parent / "pvm-dist"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pvm_dist.cli"]

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ZOO
+from conftest import ZOO, cli_command
 
-CLI = [sys.executable, "-m", "pvm_dist.cli"]
+CLI = cli_command()
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

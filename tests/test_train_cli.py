@@ -10,10 +10,12 @@ import time
 
 import numpy as np
 
+from conftest import cli_command
+
 from pvm_dist import checkpoint
 from pvm_dist.data.synthetic import BarSource
 
-CLI = [sys.executable, "-m", "pvm_dist.cli"]
+CLI = cli_command()
 
 
 def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
