@@ -277,6 +277,70 @@ def _train_with_progress(cfg: Any, ck: Any, show: bool, run: Any) -> Any:
         return run(cfg, ck, on_progress=update)
 
 
+def _split_list(values: list[str]) -> list[str]:
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+@app.command()
+def bench(
+    specs: Annotated[list[str], typer.Option("--spec", "-s", help="Spec(s) to time; repeat or comma-separate.")] = ["small"],  # noqa: B006
+    n_seqs: Annotated[list[str], typer.Option("--n-seq", help="Batch sizes; repeat or comma-separate, e.g. 1,4,16.")] = ["1"],  # noqa: B006
+    backend: Annotated[str, typer.Option("--backend", help="auto, reference or native.")] = "auto",
+    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda or cuda:N (default: a GPU if visible).")] = None,
+    steps: Annotated[int, typer.Option("--steps", help="Timed steps per configuration.", min=1)] = 200,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.", min=0)] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of results.")] = False,
+) -> None:
+    """Steps/s and frames/s next to the memory floor (pvm-algorithm.md §7), with a per-phase breakdown."""
+    from pvm_dist.bench import as_row, run_bench
+    from pvm_dist.engine import BACKENDS
+    from pvm_dist.spec import load_spec
+
+    if backend not in BACKENDS:
+        raise UserError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    try:
+        batch_sizes = [int(v) for v in _split_list(n_seqs)]
+    except ValueError:
+        raise UserError(f"--n-seq takes integers, got {n_seqs}") from None
+    if any(b < 1 for b in batch_sizes):
+        raise UserError("--n-seq values must be positive")
+    loaded = [load_spec(s) for s in _split_list(specs)]
+    results = []
+    for spec in loaded:
+        for n in batch_sizes:
+            if not as_json:
+                typer.echo(f"timing {spec.name} n_seq={n} ...", err=True)
+            try:
+                results.append(run_bench(spec, n, backend=backend, device=device, steps=steps, warmup=warmup))
+            except (RuntimeError, ValueError) as exc:
+                raise UserError(f"{spec.name} n_seq={n}: {exc}") from None
+    if as_json:
+        _print_json([as_row(r) for r in results])
+        return
+    _print_bench(results)
+
+
+def _print_bench(results: list[Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"pvm-dist bench on {results[0].device}" if results else "pvm-dist bench")
+    for col in ("spec", "backend", "n_seq", "steps/s", "frames/s", "GB/s", "GFLOP/s", "floor steps/s", "ratio", "bound"):
+        table.add_column(col, justify="right")
+    for r in results:
+        table.add_row(r.spec, r.backend, str(r.n_seq), f"{r.steps_per_s:,.1f}", f"{r.frames_per_s:,.0f}",
+                      f"{r.achieved_gb_per_s:,.1f}", f"{r.achieved_gflop_per_s:,.1f}", f"{r.floor_steps_per_s:,.0f}",
+                      f"{r.ratio_to_floor:.1%}", r.bound)
+    con = Console()
+    con.print(table)
+    if results:
+        con.print(f"floor: {results[0].bandwidth_gb_per_s:,.0f} GB/s measured copy bandwidth (read + write)")
+    for r in results:
+        if r.phases_ms:
+            phases = ", ".join(f"{k} {v * 1e3:,.1f} µs" for k, v in r.phases_ms.items())
+            con.print(f"  {r.spec} n_seq={r.n_seq} phases: {phases}")
+
+
 def main() -> None:
     """Console-script entry point: run the app and turn user errors into one line + exit 2."""
     try:

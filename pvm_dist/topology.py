@@ -229,6 +229,43 @@ class Topology:
         #: flat hidden index of each unit's H activations (excluding bias and raw context).
         self.h_act = (self.h_off[:-1, None] + hk[None, :]).ravel()
 
+    # --- what the native engine is handed (native/include/pvm/topology.h) ----------------------
+    #: Source kinds of an input entry, as the native engine numbers them.
+    X_FROM_FRAME, X_FROM_HIDDEN, X_FROM_PREVIOUS, X_BIAS = 0, 1, 2, 3
+
+    def native_arrays(self) -> dict:
+        """Flat, contiguous arrays describing the graph for the C++/CUDA engine.
+
+        ``x_kind[i]``/``x_src[i]`` say where input entry i of step s comes from: the compressed
+        frame, κ of a step s−1 hidden activation, step s−1's input entry, or the constant 1.
+        ``target_src[j]`` is the input entry that output j is trained against; ``y_bin[j]`` is
+        ``layer·2 + half`` (half 0: two-step prediction, 1: one-step) for the error metrics, and
+        ``y_unit[j]`` the unit that output j belongs to.
+        """
+        x_kind = np.full(self.x_total, -1, np.int8)
+        x_src = np.zeros(self.x_total, I64)
+        for kind, dst, src in ((self.X_FROM_FRAME, self.frame_dst, self.frame_src),
+                               (self.X_FROM_HIDDEN, self.hidden_dst, self.hidden_src),
+                               (self.X_FROM_PREVIOUS, self.shift_dst, self.shift_src),
+                               (self.X_BIAS, self.x_bias, np.zeros_like(self.x_bias))):
+            x_kind[dst], x_src[dst] = kind, src
+        assert (x_kind >= 0).all(), "every input entry has a source"
+        target_src = np.concatenate([np.arange(self.x_off[u], self.x_off[u] + self.outputs[u]) for u in range(self.n_units)])
+        half = np.concatenate([np.repeat([0, 1], self.signal[u]) for u in range(self.n_units)])
+        y_bin = np.repeat(self.layer, self.outputs) * 2 + half
+        c = np.ascontiguousarray
+        return {
+            "n_units": self.n_units, "hidden": self.hidden, "n_layers": self.spec.n_layers,
+            "image_size": int(np.prod(self.spec.image_shape)), "x_total": self.x_total, "y_total": self.y_total,
+            "h_total": self.h_total, "n_weights": self.n_weights,
+            "x_off": c(self.x_off), "y_off": c(self.y_off), "h_off": c(self.h_off),
+            "w0_off": c(self.w0_off), "w1_off": c(self.w1_off), "unit_layer": c(self.layer),
+            "x_kind": x_kind, "x_src": x_src, "h_bias": c(self.h_bias),
+            "raw_context_dst": c(self.raw_context_dst), "raw_context_src": c(self.raw_context_src),
+            "target_src": c(target_src.astype(I64)), "y_bin": c(y_bin.astype(np.int32)),
+            "y_unit": c(np.repeat(np.arange(self.n_units), self.outputs).astype(np.int32)),
+        }
+
     # --- receptive fields (§2.5), used by the readout ----------------------------------------
     @cached_property
     def receptive_rows(self) -> list[frozenset[int]]:

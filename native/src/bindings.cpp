@@ -2,10 +2,13 @@
 // between C++ structs and Python objects live here, behaviour lives in pvm_core.
 #include <pybind11/pybind11.h>
 
+#include "pvm/bandwidth.h"
 #include "pvm/build_info.h"
 #include "pvm/cuda_error.h"
 
 namespace py = pybind11;
+
+void bind_engine(py::module_& m);  // bind_engine.cpp
 
 namespace {
 
@@ -49,6 +52,13 @@ PYBIND11_MODULE(_native, m) {
 
     // Failed CUDA calls (PVM_CUDA_CHECK) surface as pvm_dist._native.CudaError, a RuntimeError.
     py::register_exception<pvm::CudaError>(m, "CudaError", PyExc_RuntimeError);
+
+    // Invalid arguments from C++ (std::invalid_argument) surface as ValueError (pybind11's default).
+    bind_engine(m);
+
+    m.def("measure_copy_bandwidth", &pvm::measure_copy_bandwidth, py::arg("device") = 0,
+          py::arg("bytes") = int64_t{1} << 30, py::arg("repeats") = 20, py::call_guard<py::gil_scoped_release>(),
+          "Bytes per second (read + written) of a device-to-device copy: the median of `repeats`.");
 
     m.def(
         "build_info", [] { return build_info_to_dict(pvm::build_info()); },

@@ -8,29 +8,25 @@ sequences reproduces ``n_seq = 1`` exactly. Other engines are checked against th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from pvm_dist.engine import numerics as nx
-from pvm_dist.schedule import ScheduleEvent, apply_events, events_at
+from pvm_dist.engine.base import RING, EngineBase
 from pvm_dist.spec import Spec
 from pvm_dist.topology import Topology, build_topology
 
 F32 = np.float32
-RING = 3  # slots s mod 3: the update at s needs s−2, the input assembly s−1
 
 
-class ReferenceEngine:
+class ReferenceEngine(EngineBase):
     """Trains ``n_seq`` independent sequences with shared weights, one frame per sequence per step."""
 
     backend = "reference"
 
     def __init__(self, spec: Spec, n_seq: int = 1, seed: int = 0, topology: Topology | None = None) -> None:
-        self.spec = spec
-        self.topo = topology or build_topology(spec)
-        self.n_seq, self.seed = n_seq, seed
+        super().__init__(spec, topology or build_topology(spec), n_seq, seed)
         T = self.topo
         self.weights = nx.initial_weights(T.n_weights, seed)
         self.velocity = np.zeros(T.n_weights, F32)
@@ -38,18 +34,10 @@ class ReferenceEngine:
         self.x = np.ones((RING, n_seq, T.x_total), F32)
         self.h = np.ones((RING, n_seq, T.h_total), F32)
         self.y = np.ones((RING, n_seq, T.y_total), F32)
-        self.unit_lr = np.zeros(T.n_units, F32)
-        self.unit_momentum = np.zeros(T.n_units, F32)
         self.step_count = 0
-        self.events: list[ScheduleEvent] = []
-        self._target_src = np.concatenate(
-            [np.arange(T.x_off[u], T.x_off[u] + T.outputs[u]) for u in range(T.n_units)]
-        ).astype(np.int64)
-        # Metric bins: per y position, (layer, half) with half 0 = two-step, 1 = one-step prediction.
-        half = np.concatenate([np.repeat([0, 1], T.signal[u]) for u in range(T.n_units)])
-        layer = np.repeat(T.layer, T.outputs)
-        self._metric_bin = (layer * 2 + half).astype(np.int64)
-        self._metric_count = np.bincount(self._metric_bin, minlength=2 * spec.n_layers).astype(np.float64)
+        arrays = T.native_arrays()
+        self._target_src = arrays["target_src"]
+        self._metric_bin = arrays["y_bin"].astype(np.int64)  # layer·2 + half (0: two-step, 1: one-step)
         self._reset_metrics()
 
     # --- public API (architecture.md §2) ----------------------------------------------------
@@ -62,24 +50,12 @@ class ReferenceEngine:
         """Train one step on ``frames`` shaped [n_seq, D, D, C] (uint8 BGR or float32 in [0, 1])."""
         frames = self._check_frames(frames)
         s = self.step_count
-        fired = events_at(self.spec, s)
-        apply_events(fired, self.topo.layer, self.unit_lr, self.unit_momentum)
-        self.events.extend(fired)
+        self._advance_schedule(s)
         cur, prev, old = s % RING, (s - 1) % RING, (s - 2) % RING
         self._assemble_inputs(nx.compress_frame(frames).reshape(self.n_seq, -1), cur, prev)
         self._forward(cur)
         self._learn(cur, old, measure=s >= 2)
         self.step_count = s + 1
-
-    def run(self, n_steps: int, source: Iterable[np.ndarray] | Callable[[int], np.ndarray]) -> None:
-        """Train ``n_steps`` steps on frames from an iterator (or a callable taking the step)."""
-        if callable(source):
-            for _ in range(n_steps):
-                self.step(source(self.step_count))
-            return
-        frames_iter = iter(source)
-        for _ in range(n_steps):
-            self.step(next(frames_iter))
 
     def state(self) -> dict[str, Any]:
         """A copy of everything training depends on: resuming from it is bit-identical."""
@@ -125,20 +101,8 @@ class ReferenceEngine:
         self._reset_metrics()
 
     def metrics(self) -> dict[str, Any]:
-        """Per-layer mean squared prediction error since the last call, then reset.
-
-        Errors are in the compressed units the network trains on ([0.1, 0.9]); steps 0 and 1,
-        which compare against the initial all-ones rings, are not counted.
-        """
-        steps = self._metric_steps
-        sums = self._metric_sums.reshape(-1, 2)
-        counts = (self._metric_count * self.n_seq * max(steps, 1)).reshape(-1, 2)
-        out = {
-            "steps": steps,
-            "step": self.step_count,
-            "mse_two_step": (sums[:, 0] / counts[:, 0]) if steps else np.full(self.spec.n_layers, np.nan),
-            "mse_one_step": (sums[:, 1] / counts[:, 1]) if steps else np.full(self.spec.n_layers, np.nan),
-        }
+        """Per-layer mean squared prediction error since the last call (see EngineBase), then reset."""
+        out = self._metrics_from(self._metric_sums, self._metric_steps)
         self._reset_metrics()
         return out
 
@@ -152,15 +116,6 @@ class ReferenceEngine:
         return self.y[(self.step_count - 1) % RING].copy()
 
     # --- one step, in the order of §3.3 -----------------------------------------------------
-    def _check_frames(self, frames: np.ndarray) -> np.ndarray:
-        frames = np.asarray(frames)
-        want = (self.n_seq, *self.spec.image_shape)
-        if frames.shape != want:
-            raise ValueError(f"frames have shape {frames.shape}, this engine needs {want} ([n_seq, D, D, C])")
-        if frames.dtype not in (np.uint8, F32):
-            raise TypeError(f"frames must be uint8 (BGR) or float32 in [0, 1], got {frames.dtype}")
-        return frames
-
     def _assemble_inputs(self, frame: np.ndarray, cur: int, prev: int) -> None:
         """x(s) from the new frame, κ(h(s−1)) and x(s−1)'s new signal (§3.4)."""
         T = self.topo

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On a GPU host, from the repository root: build the native engine, check it against the reference
+# (pytest -m gpu), benchmark small/med/LARGE, and write benchmarks/results-<gpu>.md (+ JSON).
+#   bash benchmarks/gpu_run.sh [OUT_DIR]        # default OUT_DIR: $OUT or benchmarks/out
+# Needs: Python with numpy, pybind11, scikit-build-core, cmake, typer, pytest; nvcc. No network.
+set -uo pipefail
+OUT_DIR=${1:-${OUT:-benchmarks/out}}
+mkdir -p "$OUT_DIR"
+export PYTHONUNBUFFERED=1
+STEPS=${PVM_BENCH_STEPS:-500}
+BATCHES=${PVM_BENCH_BATCHES:-4,16,64,256,1024}
+
+echo "== GPU"; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT_DIR/gpu.txt"
+echo "== build (sm_${PVM_CUDA_ARCHS:-90})"
+start=$(date +%s)
+CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${PVM_CUDA_ARCHS:-90}" python3 -m pip install --no-build-isolation --no-deps -q . \
+    > "$OUT_DIR/build.log" 2>&1 || { tail -30 "$OUT_DIR/build.log"; exit 1; }
+echo "built in $(( $(date +%s) - start )) s"
+cd /tmp && python3 -c "import pvm_dist._native as n, json; print(json.dumps(n.build_info()))" | tee "$OUT_DIR/build_info.json"; cd - > /dev/null
+
+echo "== exactness and determinism on the GPU"
+python3 -m pytest -q -m gpu -p no:cacheprovider -s tests/test_native_engine.py 2>&1 | tee "$OUT_DIR/gpu_tests.txt" | grep -E "vs |passed|failed|Error" | tail -40
+
+echo "== benchmark"
+pvm-dist bench --spec small,med,LARGE --n-seq 1 --steps "$STEPS" --json > "$OUT_DIR/bench_nseq1.json" || exit 1
+pvm-dist bench --spec small,med,LARGE --n-seq "$BATCHES" --steps 20 --warmup 5 --json > "$OUT_DIR/bench_batch.json" || exit 1
+python3 benchmarks/write_results.py "$OUT_DIR" | tee "$OUT_DIR/results.md"

@@ -1,0 +1,78 @@
+// The native engine on one CUDA GPU. One step is seven kernels (assemble inputs, output deltas,
+// metrics, hidden deltas, the fused W0 pass, the fused W1 pass, advance the step counter), captured
+// once as a CUDA graph and replayed. The step counter and the per-unit rates live in device memory
+// and are read by the kernels, so replaying the graph never freezes them.
+#pragma once
+
+#if !PVM_WITH_CUDA
+#error "pvm/cuda_engine.h is only for CUDA builds"
+#endif
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "pvm/device_buffer.h"
+#include "pvm/engine.h"
+
+namespace pvm {
+
+class CudaGraph;
+
+class CudaEngine final : public Engine {
+public:
+    CudaEngine(Topology topo, EngineConfig cfg, int device);
+    ~CudaEngine() override;
+
+    void step_u8(const uint8_t* frames) override;
+    void step_f32(const float* frames) override;
+    void read(const std::string& name, float* out) override;
+    void write(const std::string& name, const float* in) override;
+    int64_t step_index() override { return host_step_; }
+    void set_step_index(int64_t step) override;
+    std::vector<double> take_metric_sums(int64_t* steps) override;
+    std::string device_name() const override { return name_; }
+    void synchronize() override;
+    std::vector<std::pair<std::string, double>> profile_step_u8(const uint8_t* frames) override;
+
+private:
+    template <class Pixel>
+    void step(const Pixel* frames);
+    // Enqueue one step's kernels; mark(phase) is called after each phase (for profiling).
+    template <class Pixel, class Mark>
+    void enqueue_step(const Pixel* d_frames, Mark&& mark);
+    template <class Pixel>
+    Pixel* upload_frames(const Pixel* frames);
+    DeviceBuffer<float>& buffer(const std::string& name);
+    void check_memory() const;
+
+    int device_;
+    std::string name_;
+    cudaStream_t stream_ = nullptr;
+
+    // Topology on the device.
+    DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, x_src_, h_bias_, raw_dst_, raw_src_, target_src_;
+    DeviceBuffer<int8_t> x_kind_;
+    DeviceBuffer<int32_t> y_bin_, y_unit_;
+    DeviceBuffer<int64_t> layer_y_range_;  // per layer: first and one-past-last output index
+
+    // State.
+    DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
+    DeviceBuffer<float> lr_delta_out_, lr_delta_hidden_, error_;
+    DeviceBuffer<double> metric_sums_;
+    DeviceBuffer<int64_t> step_, metric_steps_;
+    int64_t host_step_ = 0;
+
+    // Frames: double-buffered pinned staging on the host, one device buffer the graph reads.
+    DeviceBuffer<uint8_t> frames_u8_;
+    DeviceBuffer<float> frames_f32_;
+    void* pinned_[2] = {nullptr, nullptr};
+    cudaEvent_t pinned_free_[2] = {nullptr, nullptr};
+    int pinned_next_ = 0;
+
+    CudaGraph* graph_u8_ = nullptr;
+    CudaGraph* graph_f32_ = nullptr;
+};
+
+}  // namespace pvm

@@ -1,0 +1,58 @@
+// The engine interface both native backends implement. State lives in named flat float32 buffers
+// whose layouts are those of the reference engine (architecture.md §2): weights and momentum in the
+// flat W0-then-W1 layout; rings [3, n_seq, total]; per-unit learning rate and momentum.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pvm/topology.h"
+
+namespace pvm {
+
+class Engine {
+public:
+    virtual ~Engine() = default;
+
+    // One training step on frames [n_seq, D, D, C], host memory, uint8 BGR or float32 in [0,1].
+    virtual void step_u8(const uint8_t* frames) = 0;
+    virtual void step_f32(const float* frames) = 0;
+
+    // Copy a named buffer out of / into the engine (host memory, exact size of buffer_size(name)).
+    virtual void read(const std::string& name, float* out) = 0;
+    virtual void write(const std::string& name, const float* in) = 0;
+    int64_t buffer_size(const std::string& name) const;
+
+    virtual int64_t step_index() = 0;
+    virtual void set_step_index(int64_t step) = 0;
+
+    // Per (layer, half) sums of squared errors since the last call, and how many steps they cover.
+    virtual std::vector<double> take_metric_sums(int64_t* steps) = 0;
+
+    virtual std::string device_name() const = 0;
+
+    // Wait until queued work is done (a no-op on the CPU).
+    virtual void synchronize() {}
+
+    // One step with a device timer around each phase: (phase, milliseconds). CPU: host timers.
+    virtual std::vector<std::pair<std::string, double>> profile_step_u8(const uint8_t* frames) = 0;
+
+    const Topology& topology() const { return topo_; }
+    const EngineConfig& config() const { return cfg_; }
+
+protected:
+    Engine(Topology topo, EngineConfig cfg) : topo_(std::move(topo)), cfg_(cfg) {}
+    Topology topo_;
+    EngineConfig cfg_;
+};
+
+// Buffer names, shared with the Python wrapper.
+inline const std::vector<std::string>& buffer_names() {
+    static const std::vector<std::string> names = {"weights", "momentum", "x_ring", "h_ring", "y_ring",
+                                                   "unit_learning_rate", "unit_momentum"};
+    return names;
+}
+
+}  // namespace pvm

@@ -1,0 +1,305 @@
+#include "pvm/cuda_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "pvm/cuda_check.h"
+#include "pvm/cuda_graph.h"
+#include "step_kernels.cuh"
+
+namespace pvm {
+
+namespace {
+
+int blocks_for(int64_t n, int threads = kernels::kThreads) {
+    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 1 << 20)));
+}
+
+std::vector<int64_t> layer_output_ranges(const Topology& t) {
+    std::vector<int64_t> ranges(2 * t.n_layers, 0);
+    for (int64_t l = 0; l < t.n_layers; ++l) {
+        int64_t lo = t.y_total, hi = 0;
+        for (int64_t u = 0; u < t.n_units; ++u)
+            if (t.unit_layer[u] == l) {
+                lo = std::min(lo, t.y_off[u]);
+                hi = std::max(hi, t.y_off[u + 1]);
+            }
+        ranges[2 * l] = std::min(lo, hi);
+        ranges[2 * l + 1] = hi;
+    }
+    return ranges;
+}
+
+std::string gib(double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+    return buf;
+}
+
+}  // namespace
+
+CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std::move(topo), cfg), device_(device) {
+    int count = 0;
+    PVM_CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (device_ >= count)
+        throw std::invalid_argument("device cuda:" + std::to_string(device_) + " asked for, but " + std::to_string(count) +
+                                    " CUDA device(s) are visible");
+    PVM_CUDA_CHECK(cudaSetDevice(device_));
+    cudaDeviceProp prop{};
+    PVM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+    check_memory();
+    PVM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+
+    const Topology& t = topo_;
+    const int64_t n = cfg_.n_seq;
+    x_off_ = DeviceBuffer<int64_t>(t.x_off);
+    y_off_ = DeviceBuffer<int64_t>(t.y_off);
+    h_off_ = DeviceBuffer<int64_t>(t.h_off);
+    w0_off_ = DeviceBuffer<int64_t>(t.w0_off);
+    w1_off_ = DeviceBuffer<int64_t>(t.w1_off);
+    x_src_ = DeviceBuffer<int64_t>(t.x_src);
+    h_bias_ = DeviceBuffer<int64_t>(t.h_bias);
+    raw_dst_ = DeviceBuffer<int64_t>(t.raw_context_dst);
+    raw_src_ = DeviceBuffer<int64_t>(t.raw_context_src);
+    target_src_ = DeviceBuffer<int64_t>(t.target_src);
+    x_kind_ = DeviceBuffer<int8_t>(t.x_kind);
+    y_bin_ = DeviceBuffer<int32_t>(t.y_bin);
+    y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
+    layer_y_range_ = DeviceBuffer<int64_t>(layer_output_ranges(t));
+
+    weights_ = DeviceBuffer<float>(t.n_weights);
+    velocity_ = DeviceBuffer<float>(t.n_weights);
+    x_ = DeviceBuffer<float>(3 * n * t.x_total);
+    h_ = DeviceBuffer<float>(3 * n * t.h_total);
+    y_ = DeviceBuffer<float>(3 * n * t.y_total);
+    unit_lr_ = DeviceBuffer<float>(t.n_units);
+    unit_mu_ = DeviceBuffer<float>(t.n_units);
+    lr_delta_out_ = DeviceBuffer<float>(n * t.y_total);
+    lr_delta_hidden_ = DeviceBuffer<float>(n * t.h_total);
+    error_ = DeviceBuffer<float>(n * t.y_total);
+    metric_sums_ = DeviceBuffer<double>(t.metric_bins());
+    step_ = DeviceBuffer<int64_t>(1);
+    metric_steps_ = DeviceBuffer<int64_t>(1);
+    frames_u8_ = DeviceBuffer<uint8_t>(n * t.image_size);
+    frames_f32_ = DeviceBuffer<float>(n * t.image_size);
+
+    for (DeviceBuffer<float>* b : {&weights_, &velocity_, &unit_lr_, &unit_mu_, &lr_delta_out_, &lr_delta_hidden_, &error_})
+        b->fill_async(0, stream_);
+    for (DeviceBuffer<float>* b : {&x_, &h_, &y_}) {  // rings start all ones (§3.2)
+        kernels::fill<<<blocks_for(b->size()), kernels::kThreads, 0, stream_>>>(b->data(), b->size(), 1.0f);
+        PVM_CUDA_CHECK_LAUNCH();
+    }
+    metric_sums_.fill_async(0, stream_);
+    step_.fill_async(0, stream_);
+    metric_steps_.fill_async(0, stream_);
+
+    const size_t staging = static_cast<size_t>(n * t.image_size) * sizeof(float);
+    for (int i = 0; i < 2; ++i) {
+        PVM_CUDA_CHECK(cudaMallocHost(&pinned_[i], staging));
+        PVM_CUDA_CHECK(cudaEventCreateWithFlags(&pinned_free_[i], cudaEventDisableTiming));
+        PVM_CUDA_CHECK(cudaEventRecord(pinned_free_[i], stream_));
+    }
+    PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+CudaEngine::~CudaEngine() {
+    cudaSetDevice(device_);
+    if (stream_) cudaStreamSynchronize(stream_);
+    delete graph_u8_;
+    delete graph_f32_;
+    for (int i = 0; i < 2; ++i) {
+        if (pinned_[i]) cudaFreeHost(pinned_[i]);
+        if (pinned_free_[i]) cudaEventDestroy(pinned_free_[i]);
+    }
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaEngine::check_memory() const {
+    const Topology& t = topo_;
+    const double n = static_cast<double>(cfg_.n_seq);
+    const double need = 4.0 * (2.0 * t.n_weights + 3.0 * n * (t.x_total + t.h_total + t.y_total) +
+                               n * (2.0 * t.y_total + t.h_total) + 2.0 * n * t.image_size) +
+                        8.0 * (t.x_total + t.x_off.size() * 5 + t.y_total);
+    size_t free_bytes = 0, total_bytes = 0;
+    PVM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (need > 0.95 * static_cast<double>(free_bytes))
+        throw std::runtime_error("this model with n_seq=" + std::to_string(cfg_.n_seq) + " needs about " + gib(need) +
+                                 " on " + name_ + ", which has " + gib(static_cast<double>(free_bytes)) + " free of " +
+                                 gib(static_cast<double>(total_bytes)));
+}
+
+template <class Pixel, class Mark>
+void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
+    const Topology& t = topo_;
+    const int64_t n = cfg_.n_seq;
+    kernels::StepArgs a{};
+    a.n_seq = n;
+    a.n_units = t.n_units;
+    a.hidden = t.hidden;
+    a.x_total = t.x_total;
+    a.y_total = t.y_total;
+    a.h_total = t.h_total;
+    a.image_size = t.image_size;
+    a.n_raw = static_cast<int64_t>(t.raw_context_dst.size());
+    a.polynomial = cfg_.polynomial;
+    a.opt_abs_diff = cfg_.opt_abs_diff;
+    a.derivative = cfg_.derivative;
+    a.x_off = x_off_.data();
+    a.y_off = y_off_.data();
+    a.h_off = h_off_.data();
+    a.w0_off = w0_off_.data();
+    a.w1_off = w1_off_.data();
+    a.x_src = x_src_.data();
+    a.h_bias = h_bias_.data();
+    a.raw_dst = raw_dst_.data();
+    a.raw_src = raw_src_.data();
+    a.target_src = target_src_.data();
+    a.layer_y_range = layer_y_range_.data();
+    a.x_kind = x_kind_.data();
+    a.y_bin = y_bin_.data();
+    a.y_unit = y_unit_.data();
+    a.weights = weights_.data();
+    a.velocity = velocity_.data();
+    a.x = x_.data();
+    a.h = h_.data();
+    a.y = y_.data();
+    a.unit_lr = unit_lr_.data();
+    a.unit_mu = unit_mu_.data();
+    a.delta_out = lr_delta_out_.data();
+    a.lr_delta_hidden = lr_delta_hidden_.data();
+    a.error = error_.data();
+    a.metric_sums = metric_sums_.data();
+    a.metric_steps = metric_steps_.data();
+    a.step = step_.data();
+
+    using namespace kernels;
+    constexpr int kSeqs = 4;
+    const int T = kThreads;
+    assemble_inputs<Pixel><<<blocks_for(n * t.x_total), T, 0, stream_>>>(a, d_frames);
+    PVM_CUDA_CHECK_LAUNCH();
+    assemble_hidden<<<blocks_for(n * (t.n_units + a.n_raw)), T, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    mark("gather");
+    output_deltas<<<blocks_for(n * t.y_total), T, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    accumulate_metrics<<<static_cast<int>(t.metric_bins()), T, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    hidden_deltas<<<blocks_for(n * t.n_units * t.hidden), T, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    mark("deltas");
+    weight_pass<RowW0, kSeqs><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    mark("w0 forward+update");
+    weight_pass<RowW1, kSeqs><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    mark("w1 forward+update");
+    advance_step<<<1, 1, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+}
+
+template <class Pixel>
+Pixel* CudaEngine::upload_frames(const Pixel* frames) {
+    PVM_CUDA_CHECK(cudaSetDevice(device_));
+    const size_t bytes = static_cast<size_t>(cfg_.n_seq * topo_.image_size) * sizeof(Pixel);
+    Pixel* d_frames;
+    if constexpr (sizeof(Pixel) == 1) {
+        d_frames = reinterpret_cast<Pixel*>(frames_u8_.data());
+    } else {
+        d_frames = reinterpret_cast<Pixel*>(frames_f32_.data());
+    }
+    // Double-buffered pinned staging: wait until the copy that last used this buffer has run.
+    const int i = pinned_next_;
+    pinned_next_ ^= 1;
+    PVM_CUDA_CHECK(cudaEventSynchronize(pinned_free_[i]));
+    std::memcpy(pinned_[i], frames, bytes);
+    PVM_CUDA_CHECK(cudaMemcpyAsync(d_frames, pinned_[i], bytes, cudaMemcpyHostToDevice, stream_));
+    PVM_CUDA_CHECK(cudaEventRecord(pinned_free_[i], stream_));
+    return d_frames;
+}
+
+template <class Pixel>
+void CudaEngine::step(const Pixel* frames) {
+    Pixel* d_frames = upload_frames(frames);
+    CudaGraph*& graph = sizeof(Pixel) == 1 ? graph_u8_ : graph_f32_;
+    if (graph == nullptr) graph = new CudaGraph(stream_, [&] { enqueue_step(d_frames, [](const char*) {}); });
+    graph->launch(stream_);
+    ++host_step_;
+}
+
+void CudaEngine::synchronize() {
+    PVM_CUDA_CHECK(cudaSetDevice(device_));
+    PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+std::vector<std::pair<std::string, double>> CudaEngine::profile_step_u8(const uint8_t* frames) {
+    uint8_t* d_frames = upload_frames(frames);
+    std::vector<std::pair<std::string, cudaEvent_t>> marks;
+    auto record = [&](const char* phase) {
+        cudaEvent_t e;
+        PVM_CUDA_CHECK(cudaEventCreate(&e));
+        PVM_CUDA_CHECK(cudaEventRecord(e, stream_));
+        marks.emplace_back(phase, e);
+    };
+    record("start");
+    enqueue_step(d_frames, record);
+    PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<std::pair<std::string, double>> out;
+    for (size_t i = 1; i < marks.size(); ++i) {
+        float ms = 0.0f;
+        PVM_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second));
+        out.emplace_back(marks[i].first, ms);
+    }
+    for (auto& m : marks) cudaEventDestroy(m.second);
+    ++host_step_;
+    return out;
+}
+
+void CudaEngine::step_u8(const uint8_t* frames) { step(frames); }
+void CudaEngine::step_f32(const float* frames) { step(frames); }
+
+DeviceBuffer<float>& CudaEngine::buffer(const std::string& name) {
+    if (name == "weights") return weights_;
+    if (name == "momentum") return velocity_;
+    if (name == "x_ring") return x_;
+    if (name == "h_ring") return h_;
+    if (name == "y_ring") return y_;
+    if (name == "unit_learning_rate") return unit_lr_;
+    if (name == "unit_momentum") return unit_mu_;
+    throw std::invalid_argument("unknown engine buffer '" + name + "'");
+}
+
+void CudaEngine::read(const std::string& name, float* out) {
+    PVM_CUDA_CHECK(cudaSetDevice(device_));
+    auto& b = buffer(name);
+    PVM_CUDA_CHECK(cudaMemcpyAsync(out, b.data(), b.bytes(), cudaMemcpyDeviceToHost, stream_));
+    PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaEngine::write(const std::string& name, const float* in) {
+    PVM_CUDA_CHECK(cudaSetDevice(device_));
+    auto& b = buffer(name);
+    PVM_CUDA_CHECK(cudaMemcpyAsync(b.data(), in, b.bytes(), cudaMemcpyHostToDevice, stream_));
+    PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaEngine::set_step_index(int64_t step) {
+    PVM_CUDA_CHECK(cudaSetDevice(device_));
+    PVM_CUDA_CHECK(cudaMemcpyAsync(step_.data(), &step, sizeof step, cudaMemcpyHostToDevice, stream_));
+    PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    host_step_ = step;
+}
+
+std::vector<double> CudaEngine::take_metric_sums(int64_t* steps) {
+    PVM_CUDA_CHECK(cudaSetDevice(device_));
+    std::vector<double> out(metric_sums_.size());
+    PVM_CUDA_CHECK(cudaMemcpyAsync(out.data(), metric_sums_.data(), metric_sums_.bytes(), cudaMemcpyDeviceToHost, stream_));
+    PVM_CUDA_CHECK(cudaMemcpyAsync(steps, metric_steps_.data(), sizeof(int64_t), cudaMemcpyDeviceToHost, stream_));
+    metric_sums_.fill_async(0, stream_);
+    metric_steps_.fill_async(0, stream_);
+    PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return out;
+}
+
+}  // namespace pvm

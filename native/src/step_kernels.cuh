@@ -1,0 +1,256 @@
+// The kernels of one training step (pvm-algorithm.md §3.3-3.7). Each reads the step counter from
+// device memory, so the step can be captured once as a CUDA graph and replayed.
+//
+// Summation orders are fixed (a lane-strided sum per lane, then a butterfly over the warp; sums over
+// outputs and over sequences in index order), and no float atomics are used: two runs on the same
+// device are bit-identical.
+#pragma once
+
+#include <cstdint>
+
+#include "pvm/numerics.h"
+
+namespace pvm {
+namespace kernels {
+
+constexpr int kRing = 3;
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+
+struct StepArgs {
+    int64_t n_seq, n_units, hidden, x_total, y_total, h_total, image_size, n_raw;
+    bool polynomial, opt_abs_diff;
+    int derivative;
+    const int64_t *x_off, *y_off, *h_off, *w0_off, *w1_off, *x_src, *h_bias, *raw_dst, *raw_src, *target_src;
+    const int64_t* layer_y_range;
+    const int8_t* x_kind;
+    const int32_t *y_bin, *y_unit;
+    float *weights, *velocity, *x, *h, *y;
+    const float *unit_lr, *unit_mu;
+    float *delta_out, *lr_delta_hidden, *error;
+    double* metric_sums;
+    int64_t* metric_steps;
+    int64_t* step;
+};
+
+__device__ __forceinline__ int ring_slot(int64_t s) { return static_cast<int>(((s % kRing) + kRing) % kRing); }
+
+__device__ __forceinline__ int64_t global_thread() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// x(s) of every sequence: the compressed frame, kappa(h(s-1)), x(s-1)'s new signal, or 1 (§3.4).
+template <class Pixel>
+__global__ void assemble_inputs(StepArgs a, const Pixel* frames) {
+    const int64_t s = *a.step;
+    const int cur = ring_slot(s), prev = ring_slot(s - 1);
+    for (int64_t idx = global_thread(); idx < a.n_seq * a.x_total; idx += grid_threads()) {
+        const int64_t q = idx / a.x_total, i = idx % a.x_total, src = a.x_src[i];
+        float v;
+        switch (a.x_kind[i]) {
+            case 0: v = compress_pixel(frames[q * a.image_size + src]); break;
+            case 1: v = kappa(a.h[(prev * a.n_seq + q) * a.h_total + src]); break;
+            case 2: v = a.x[(prev * a.n_seq + q) * a.x_total + src]; break;
+            default: v = 1.0f; break;
+        }
+        a.x[(cur * a.n_seq + q) * a.x_total + i] = v;
+    }
+}
+
+// The constant 1 of every hidden vector, and the raw context of feed-context mode (§3.10).
+__global__ void assemble_hidden(StepArgs a) {
+    const int64_t s = *a.step;
+    const int cur = ring_slot(s), prev = ring_slot(s - 1);
+    const int64_t per_seq = a.n_units + a.n_raw;
+    for (int64_t idx = global_thread(); idx < a.n_seq * per_seq; idx += grid_threads()) {
+        const int64_t q = idx / per_seq, i = idx % per_seq;
+        float* hc = a.h + (cur * a.n_seq + q) * a.h_total;
+        if (i < a.n_units) {
+            hc[a.h_bias[i]] = 1.0f;
+        } else {
+            const int64_t r = i - a.n_units;
+            hc[a.raw_dst[r]] = a.h[(prev * a.n_seq + q) * a.h_total + a.raw_src[r]];
+        }
+    }
+}
+
+// e = x(s)[target] - y(s-2); delta_out = g(y(s-2)) * e (after the opt_abs_diff sign quirk, §3.11).
+__global__ void output_deltas(StepArgs a) {
+    const int64_t s = *a.step;
+    const int cur = ring_slot(s), old = ring_slot(s - 2);
+    for (int64_t idx = global_thread(); idx < a.n_seq * a.y_total; idx += grid_threads()) {
+        const int64_t q = idx / a.y_total, j = idx % a.y_total;
+        const float yo = a.y[(old * a.n_seq + q) * a.y_total + j];
+        float e = a.x[(cur * a.n_seq + q) * a.x_total + a.target_src[j]] - yo;
+        a.error[idx] = e;
+        if (a.opt_abs_diff && j < a.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
+        a.delta_out[idx] = delta(yo, e, a.polynomial, static_cast<Derivative>(a.derivative));
+    }
+}
+
+// Per (layer, half) sums of squared errors, one block per bin, a fixed tree: no atomics.
+__global__ void accumulate_metrics(StepArgs a) {
+    if (*a.step < 2) return;  // steps 0 and 1 compare against the initial all-ones rings
+    const int bin = blockIdx.x, layer = bin / 2;
+    const int64_t lo = a.layer_y_range[2 * layer], hi = a.layer_y_range[2 * layer + 1];
+    double acc = 0.0;
+    for (int64_t q = 0; q < a.n_seq; ++q)
+        for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+            if (a.y_bin[j] == bin) {
+                const double e = a.error[q * a.y_total + j];
+                acc += e * e;
+            }
+    __shared__ double part[kThreads];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) part[threadIdx.x] += part[threadIdx.x + stride];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        a.metric_sums[bin] += part[0];
+        if (bin == 0) *a.metric_steps += 1;
+    }
+}
+
+// delta_h = g(h(s-2)) * sum_j W1[j,k] delta_out_j, with the current (pre-update) W1, j in order;
+// stored multiplied by the unit's rate, as the update uses it.
+__global__ void hidden_deltas(StepArgs a) {
+    const int64_t s = *a.step;
+    const int old = ring_slot(s - 2);
+    const int64_t H = a.hidden, per_seq = a.n_units * H;
+    for (int64_t idx = global_thread(); idx < a.n_seq * per_seq; idx += grid_threads()) {
+        const int64_t q = idx / per_seq, r = idx % per_seq, u = r / H, k = r % H;
+        const int64_t K = a.h_off[u + 1] - a.h_off[u], M = a.y_off[u + 1] - a.y_off[u];
+        const float* W1 = a.weights + a.w1_off[u];
+        const float* d = a.delta_out + q * a.y_total + a.y_off[u];
+        float eps = 0.0f;
+        for (int64_t j = 0; j < M; ++j) eps = __fadd_rn(eps, __fmul_rn(W1[j * K + k], d[j]));
+        const float ho = a.h[(old * a.n_seq + q) * a.h_total + a.h_off[u] + k];
+        const float dh = delta(ho, eps, a.polynomial, static_cast<Derivative>(a.derivative));
+        a.lr_delta_hidden[q * a.h_total + a.h_off[u] + k] = __fmul_rn(a.unit_lr[u], dh);
+    }
+}
+
+__global__ void advance_step(StepArgs a) { *a.step += 1; }
+
+// ----------------------------------------------------------------------------------------------
+// The fused weight passes: one warp per weight row reads W and V once, computing the forward dot
+// product of step s with the old W, and the momentum update with the s-2 activations.
+
+struct RowW0 {  // row (u, k) of W0: h(s)[k] = phi(W0[k,:] . x(s)); update with lr*dh(s-2) x x(s-2)
+    __device__ static int64_t rows(const StepArgs& a) { return a.n_units * a.hidden; }
+    __device__ static int64_t unit(const StepArgs& a, int64_t r) { return r / a.hidden; }
+    __device__ static int64_t length(const StepArgs& a, int64_t u) { return a.x_off[u + 1] - a.x_off[u]; }
+    __device__ static int64_t weight_base(const StepArgs& a, int64_t r, int64_t u, int64_t len) {
+        return a.w0_off[u] + (r % a.hidden) * len;
+    }
+    __device__ static const float* input(const StepArgs& a, int slot, int64_t q, int64_t u) {
+        return a.x + (slot * a.n_seq + q) * a.x_total + a.x_off[u];
+    }
+    __device__ static float lr_delta(const StepArgs& a, int64_t q, int64_t r, int64_t u) {
+        return a.lr_delta_hidden[q * a.h_total + a.h_off[u] + r % a.hidden];
+    }
+    __device__ static float* output(const StepArgs& a, int slot, int64_t q, int64_t r, int64_t u) {
+        return a.h + (slot * a.n_seq + q) * a.h_total + a.h_off[u] + r % a.hidden;
+    }
+};
+
+struct RowW1 {  // row (u, j) of W1: y(s)[j] = phi(W1[j,:] . h(s)); update with lr*do(s-2) x h(s-2)
+    __device__ static int64_t rows(const StepArgs& a) { return a.y_total; }
+    __device__ static int64_t unit(const StepArgs& a, int64_t r) { return a.y_unit[r]; }
+    __device__ static int64_t length(const StepArgs& a, int64_t u) { return a.h_off[u + 1] - a.h_off[u]; }
+    __device__ static int64_t weight_base(const StepArgs& a, int64_t r, int64_t u, int64_t len) {
+        return a.w1_off[u] + (r - a.y_off[u]) * len;
+    }
+    __device__ static const float* input(const StepArgs& a, int slot, int64_t q, int64_t u) {
+        return a.h + (slot * a.n_seq + q) * a.h_total + a.h_off[u];
+    }
+    __device__ static float lr_delta(const StepArgs& a, int64_t q, int64_t r, int64_t u) {
+        return __fmul_rn(a.unit_lr[u], a.delta_out[q * a.y_total + r]);
+    }
+    __device__ static float* output(const StepArgs& a, int slot, int64_t q, int64_t r, int64_t) {
+        return a.y + (slot * a.n_seq + q) * a.y_total + r;
+    }
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// The update's g = mean over sequences of fl32(lr*delta * a), summed in sequence order.
+template <class Row>
+__device__ __forceinline__ float mean_update(const StepArgs& a, int old, int64_t r, int64_t u, int64_t i) {
+    if (a.n_seq == 1) return __fmul_rn(Row::lr_delta(a, 0, r, u), Row::input(a, old, 0, u)[i]);
+    float sum = 0.0f;
+    for (int64_t q = 0; q < a.n_seq; ++q) sum = __fadd_rn(sum, __fmul_rn(Row::lr_delta(a, q, r, u), Row::input(a, old, q, u)[i]));
+    return __fdiv_rn(sum, static_cast<float>(a.n_seq));
+}
+
+template <class Row, int kSeqs>
+__global__ void __launch_bounds__(kThreads) weight_pass(StepArgs a) {
+    const int64_t r = global_thread() / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (r >= Row::rows(a)) return;  // whole warps exit together
+    const int64_t s = *a.step;
+    const int cur = ring_slot(s), old = ring_slot(s - 2);
+    const int64_t u = Row::unit(a, r), len = Row::length(a, u), base = Row::weight_base(a, r, u, len);
+    float* W = a.weights + base;
+    float* V = a.velocity + base;
+    const float lr = a.unit_lr[u], mu = a.unit_mu[u];
+    const bool active = !(lr == 0.0f && mu == 0.0f);
+    const bool fused = a.n_seq <= kSeqs;  // forward and update in one pass over the row
+
+    // Forward dot products, kSeqs sequences at a time (one pass when n_seq <= kSeqs).
+    for (int64_t q0 = 0; q0 < a.n_seq; q0 += kSeqs) {
+        float acc[kSeqs];
+        const float* in[kSeqs];
+#pragma unroll
+        for (int t = 0; t < kSeqs; ++t) {
+            acc[t] = 0.0f;
+            in[t] = Row::input(a, cur, q0 + t < a.n_seq ? q0 + t : q0, u);
+        }
+        const int live = static_cast<int>(a.n_seq - q0 < kSeqs ? a.n_seq - q0 : kSeqs);
+#pragma unroll 2
+        for (int64_t i = lane; i < len; i += kWarp) {
+            const float w = W[i];
+#pragma unroll
+            for (int t = 0; t < kSeqs; ++t)
+                if (t < live) acc[t] = __fadd_rn(acc[t], __fmul_rn(w, in[t][i]));
+            if (fused) {
+                float v = V[i];
+                if (active) {
+                    v = __fmaf_rn(mu, v, mean_update<Row>(a, old, r, u, i));
+                    W[i] = __fadd_rn(w, v);
+                    V[i] = v;
+                } else if (v != 0.0f) {
+                    V[i] = 0.0f;  // a unit not yet enabled: its update is zero
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < kSeqs; ++t) {
+            if (t >= live) break;
+            const float total = warp_sum(acc[t]);
+            if (lane == 0) *Row::output(a, cur, q0 + t, r, u) = activation(total, a.polynomial);
+        }
+    }
+    if (fused) return;
+    for (int64_t i = lane; i < len; i += kWarp) {  // many sequences: the update in a second pass
+        float v = V[i];
+        if (active) {
+            v = __fmaf_rn(mu, v, mean_update<Row>(a, old, r, u, i));
+            W[i] = __fadd_rn(W[i], v);
+            V[i] = v;
+        } else if (v != 0.0f) {
+            V[i] = 0.0f;
+        }
+    }
+}
+
+__global__ void fill(float* p, int64_t n, float value) {
+    for (int64_t i = global_thread(); i < n; i += grid_threads()) p[i] = value;
+}
+
+}  // namespace kernels
+}  // namespace pvm

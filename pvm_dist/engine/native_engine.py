@@ -1,0 +1,136 @@
+"""The native C++/CUDA engine behind the engine API (architecture.md §2–3).
+
+The arithmetic runs in ``pvm_dist._native`` (CPU or CUDA); this wrapper hands it the topology and
+the seeded initial weights, applies the learning-rate schedule (writing the per-unit rates into
+the engine only at the steps where they change), and converts state to and from the reference
+engine's layout, so checkpoints are interchangeable between backends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pvm_dist.engine.base import RING, EngineBase
+from pvm_dist.engine.native import build_info, native_import_error, native_module
+from pvm_dist.engine.numerics import initial_weights
+from pvm_dist.spec import DERIVATIVE_MODES, Spec
+from pvm_dist.topology import Topology, build_topology
+
+RING_BUFFERS = ("x_ring", "h_ring", "y_ring")
+
+
+class NativeEngineUnavailable(RuntimeError):
+    """The native module is not built or cannot serve the requested device."""
+
+
+def default_device() -> str:
+    """``cuda`` when this build has CUDA and sees a GPU, otherwise ``cpu``."""
+    info = build_info()
+    return "cuda" if info.get("available") and info.get("cuda_compiled") and info.get("devices") else "cpu"
+
+
+class NativeEngine(EngineBase):
+    """Trains ``n_seq`` sequences with the native engine on ``device`` ("cpu", "cuda", "cuda:N")."""
+
+    backend = "native"
+
+    def __init__(self, spec: Spec, n_seq: int = 1, seed: int = 0, device: str | None = None,
+                 topology: Topology | None = None) -> None:
+        module = native_module()
+        if module is None:
+            raise NativeEngineUnavailable(f"the native engine is not built: {native_import_error()}")
+        super().__init__(spec, topology or build_topology(spec), n_seq, seed)
+        self.device = device or default_device()
+        self._engine = module.Engine(
+            self.topo.native_arrays(), polynomial=bool(spec["polynomial"]),
+            derivative=DERIVATIVE_MODES.index(spec["derivative"]), opt_abs_diff=bool(spec["opt_abs_diff"]),
+            n_seq=n_seq, device=self.device)
+        self._engine.write("weights", initial_weights(self.topo.n_weights, seed))
+        self._ring_shapes = {
+            "x_ring": (RING, n_seq, self.topo.x_total),
+            "h_ring": (RING, n_seq, self.topo.h_total),
+            "y_ring": (RING, n_seq, self.topo.y_total),
+        }
+
+    @property
+    def step_index(self) -> int:
+        return int(self._engine.step_index)
+
+    def step(self, frames: np.ndarray) -> None:
+        """Train one step on ``frames`` [n_seq, D, D, C] (uint8 BGR or float32 in [0, 1])."""
+        frames = self._check_frames(frames)
+        if self._advance_schedule(self.step_index):
+            self._engine.write("unit_learning_rate", self.unit_lr)
+            self._engine.write("unit_momentum", self.unit_momentum)
+        self._engine.step(np.ascontiguousarray(frames))
+
+    def state(self) -> dict[str, Any]:
+        """A host copy of the engine's state in the reference engine's layout."""
+        out: dict[str, Any] = {"step": self.step_index, "n_seq": int(self.n_seq), "seed": int(self.seed),
+                               "weights": self._engine.read("weights"), "momentum": self._engine.read("momentum"),
+                               "unit_learning_rate": self.unit_lr.copy(), "unit_momentum": self.unit_momentum.copy()}
+        for name in RING_BUFFERS:
+            out[name] = self._engine.read(name).reshape(self._ring_shapes[name])
+        return out
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore a state written by any backend (shapes are checked)."""
+        expected = {"weights": (self.topo.n_weights,), "momentum": (self.topo.n_weights,),
+                    "unit_learning_rate": (self.topo.n_units,), "unit_momentum": (self.topo.n_units,),
+                    **self._ring_shapes}
+        for key, shape in expected.items():
+            if key not in state:
+                raise ValueError(f"engine state lacks '{key}'")
+            if np.shape(state[key]) != shape:
+                raise ValueError(f"engine state '{key}' has shape {np.shape(state[key])}, this engine needs {shape}")
+        for key in expected:
+            self._engine.write(key, np.ascontiguousarray(state[key], np.float32).ravel())
+        self.unit_lr = np.array(state["unit_learning_rate"], np.float32)
+        self.unit_momentum = np.array(state["unit_momentum"], np.float32)
+        self._engine.step_index = int(state["step"])
+        self.seed = int(state.get("seed", self.seed))
+        self._engine.take_metrics()
+
+    def metrics(self) -> dict[str, Any]:
+        """Per-layer mean squared prediction error since the last call (see EngineBase), then reset."""
+        sums, steps = self._engine.take_metrics()
+        return self._metrics_from(sums, steps)
+
+    def hidden(self) -> np.ndarray:
+        """Hidden activations [n_seq, ΣH] of the last step."""
+        h = self._engine.read("h_ring").reshape(self._ring_shapes["h_ring"])
+        return h[(self.step_index - 1) % RING][:, self.topo.h_act]
+
+    def prediction(self) -> np.ndarray:
+        """Outputs [n_seq, ΣM] of the last step's forward pass."""
+        y = self._engine.read("y_ring").reshape(self._ring_shapes["y_ring"])
+        return y[(self.step_index - 1) % RING].copy()
+
+    @property
+    def device_label(self) -> str:
+        """The device as the engine names it, e.g. ``cuda:0 (NVIDIA H200)`` or ``cpu``."""
+        return str(self._engine.device)
+
+    def synchronize(self) -> None:
+        """Wait until the queued steps have run (for timing; state reads synchronise anyway)."""
+        self._engine.synchronize()
+
+    def profile_step(self, frames: np.ndarray) -> dict[str, float]:
+        """Train one step (uint8 frames) and return milliseconds per phase, from device timers."""
+        frames = self._check_frames(frames)
+        if frames.dtype != np.uint8:
+            raise TypeError("profile_step takes uint8 frames")
+        if self._advance_schedule(self.step_index):
+            self._engine.write("unit_learning_rate", self.unit_lr)
+            self._engine.write("unit_momentum", self.unit_momentum)
+        return dict(self._engine.profile_step(np.ascontiguousarray(frames)))
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self._engine.read("weights")
+
+    @property
+    def velocity(self) -> np.ndarray:
+        return self._engine.read("momentum")
