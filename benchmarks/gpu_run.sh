@@ -19,7 +19,7 @@ echo "built in $(( $(date +%s) - start )) s"
 cd /tmp && python3 -c "import pvm_dist._native as n, json; print(json.dumps(n.build_info()))" | tee "$OUT_DIR/build_info.json"; cd - > /dev/null
 
 echo "== exactness and determinism on the GPU"
-python3 -m pytest -q -m gpu -p no:cacheprovider -s tests/test_native_engine.py 2>&1 | tee "$OUT_DIR/gpu_tests.txt" | grep -E "vs |passed|failed|Error" | tail -40
+python3 -P -m pytest -q -m gpu -p no:cacheprovider -s tests/test_native_engine.py 2>&1 | tee "$OUT_DIR/gpu_tests.txt" | grep -E "vs |passed|failed|Error" | tail -40
 
 echo "== benchmark"
 pvm-dist bench --spec small,med,LARGE --n-seq 1 --steps "$STEPS" --json > "$OUT_DIR/bench_nseq1.json" || exit 1

@@ -177,22 +177,34 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     using namespace kernels;
     constexpr int kSeqs = 4;
     const int T = kThreads;
-    assemble_inputs<Pixel><<<blocks_for(n * t.x_total), T, 0, stream_>>>(a, d_frames);
+    const unsigned seqs = static_cast<unsigned>(n);
+    assemble_inputs<Pixel><<<dim3(blocks_for(t.x_total), seqs), T, 0, stream_>>>(a, d_frames);
     PVM_CUDA_CHECK_LAUNCH();
-    assemble_hidden<<<blocks_for(n * (t.n_units + a.n_raw)), T, 0, stream_>>>(a);
+    assemble_hidden<<<dim3(blocks_for(t.n_units + a.n_raw), seqs), T, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     mark("gather");
-    output_deltas<<<blocks_for(n * t.y_total), T, 0, stream_>>>(a);
+    output_deltas<<<dim3(blocks_for(t.y_total), seqs), T, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     accumulate_metrics<<<static_cast<int>(t.metric_bins()), T, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
-    hidden_deltas<<<blocks_for(n * t.n_units * t.hidden), T, 0, stream_>>>(a);
+    hidden_deltas<<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     mark("deltas");
-    weight_pass<RowW0, kSeqs><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
+    if (n == 1) {
+        weight_pass_single<RowW0, kWarp><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
+    } else {
+        weight_pass<RowW0, kSeqs><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
+    }
     PVM_CUDA_CHECK_LAUNCH();
     mark("w0 forward+update");
-    weight_pass<RowW1, kSeqs><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
+    const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
+    if (n == 1 && long_w1_rows) {
+        weight_pass_single<RowW1, kWarp><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
+    } else if (n == 1) {
+        weight_pass_single<RowW1, 8><<<blocks_for(t.y_total * 8), T, 0, stream_>>>(a);
+    } else {
+        weight_pass<RowW1, kSeqs><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
+    }
     PVM_CUDA_CHECK_LAUNCH();
     mark("w1 forward+update");
     advance_step<<<1, 1, 0, stream_>>>(a);
@@ -242,6 +254,8 @@ std::vector<std::pair<std::string, double>> CudaEngine::profile_step_u8(const ui
         PVM_CUDA_CHECK(cudaEventRecord(e, stream_));
         marks.emplace_back(phase, e);
     };
+    kernels::spin<<<1, 1, 0, stream_>>>(2'000'000);  // the host enqueues while the GPU waits: pure device times
+    PVM_CUDA_CHECK_LAUNCH();
     record("start");
     enqueue_step(d_frames, record);
     PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
