@@ -2,6 +2,8 @@
 # On a GPU host, from the repository root: build the native engine, check it against the reference
 # (pytest -m gpu), benchmark small/med/LARGE, and write benchmarks/results-<gpu>.md (+ JSON).
 #   bash benchmarks/gpu_run.sh [OUT_DIR]        # default OUT_DIR: $OUT or benchmarks/out
+# Environment: PVM_GPU_TESTS (a pytest -k filter), PVM_BENCH_STEPS (n_seq=1 steps, default 500),
+# PVM_BENCH_BATCHES (n_seq list for the batch table, default 4,16,64,256,1024; "none" skips it).
 # Needs: Python with numpy, pybind11, scikit-build-core, cmake, typer, pytest; nvcc. No network.
 set -uo pipefail
 OUT_DIR=${1:-${OUT:-benchmarks/out}}
@@ -19,9 +21,11 @@ echo "built in $(( $(date +%s) - start )) s"
 cd /tmp && python3 -c "import pvm_dist._native as n, json; print(json.dumps(n.build_info()))" | tee "$OUT_DIR/build_info.json"; cd - > /dev/null
 
 echo "== exactness and determinism on the GPU"
-python3 -P -m pytest -q -m gpu -p no:cacheprovider -s tests/test_native_engine.py 2>&1 | tee "$OUT_DIR/gpu_tests.txt" | grep -E "vs |passed|failed|Error" | tail -40
+python3 -P -m pytest -q -m gpu -p no:cacheprovider -s tests/test_native_engine.py ${PVM_GPU_TESTS:+-k "$PVM_GPU_TESTS"} 2>&1 | tee "$OUT_DIR/gpu_tests.txt" | grep -E "vs |passed|failed|Error" | tail -40
 
 echo "== benchmark"
 pvm-dist bench --spec small,med,LARGE --n-seq 1 --steps "$STEPS" --json > "$OUT_DIR/bench_nseq1.json" || exit 1
-pvm-dist bench --spec small,med,LARGE --n-seq "$BATCHES" --steps 20 --warmup 5 --json > "$OUT_DIR/bench_batch.json" || exit 1
+if [ "$BATCHES" != "none" ]; then
+    pvm-dist bench --spec small,med,LARGE --n-seq "$BATCHES" --steps 20 --warmup 5 --json > "$OUT_DIR/bench_batch.json" || exit 1
+fi
 python3 benchmarks/write_results.py "$OUT_DIR" | tee "$OUT_DIR/results.md"

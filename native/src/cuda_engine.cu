@@ -16,19 +16,11 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 1 << 20)));
 }
 
-std::vector<int64_t> layer_output_ranges(const Topology& t) {
-    std::vector<int64_t> ranges(2 * t.n_layers, 0);
-    for (int64_t l = 0; l < t.n_layers; ++l) {
-        int64_t lo = t.y_total, hi = 0;
-        for (int64_t u = 0; u < t.n_units; ++u)
-            if (t.unit_layer[u] == l) {
-                lo = std::min(lo, t.y_off[u]);
-                hi = std::max(hi, t.y_off[u + 1]);
-            }
-        ranges[2 * l] = std::min(lo, hi);
-        ranges[2 * l + 1] = hi;
-    }
-    return ranges;
+// First unit id of every layer, plus n_units (units are numbered layer by layer).
+std::vector<int64_t> layer_unit_ranges(const Topology& t) {
+    std::vector<int64_t> first(t.n_layers + 1, t.n_units);
+    for (int64_t u = t.n_units - 1; u >= 0; --u) first[t.unit_layer[u]] = u;
+    return first;
 }
 
 std::string gib(double bytes) {
@@ -65,9 +57,8 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     raw_src_ = DeviceBuffer<int64_t>(t.raw_context_src);
     target_src_ = DeviceBuffer<int64_t>(t.target_src);
     x_kind_ = DeviceBuffer<int8_t>(t.x_kind);
-    y_bin_ = DeviceBuffer<int32_t>(t.y_bin);
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
-    layer_y_range_ = DeviceBuffer<int64_t>(layer_output_ranges(t));
+    layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
 
     weights_ = DeviceBuffer<float>(t.n_weights);
     velocity_ = DeviceBuffer<float>(t.n_weights);
@@ -80,6 +71,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     lr_delta_hidden_ = DeviceBuffer<float>(n * t.h_total);
     error_ = DeviceBuffer<float>(n * t.y_total);
     metric_sums_ = DeviceBuffer<double>(t.metric_bins());
+    unit_error_ = DeviceBuffer<double>(2 * t.n_units);
     step_ = DeviceBuffer<int64_t>(1);
     metric_steps_ = DeviceBuffer<int64_t>(1);
     frames_u8_ = DeviceBuffer<uint8_t>(n * t.image_size);
@@ -156,9 +148,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     a.raw_dst = raw_dst_.data();
     a.raw_src = raw_src_.data();
     a.target_src = target_src_.data();
-    a.layer_y_range = layer_y_range_.data();
     a.x_kind = x_kind_.data();
-    a.y_bin = y_bin_.data();
     a.y_unit = y_unit_.data();
     a.weights = weights_.data();
     a.velocity = velocity_.data();
@@ -171,6 +161,9 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     a.lr_delta_hidden = lr_delta_hidden_.data();
     a.error = error_.data();
     a.metric_sums = metric_sums_.data();
+    a.unit_error = unit_error_.data();
+    a.layer_unit_range = layer_unit_range_.data();
+    a.n_layers = t.n_layers;
     a.metric_steps = metric_steps_.data();
     a.step = step_.data();
 
@@ -185,9 +178,9 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     mark("gather");
     output_deltas<<<dim3(blocks_for(t.y_total), seqs), T, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
-    accumulate_metrics<<<static_cast<int>(t.metric_bins()), T, 0, stream_>>>(a);
-    PVM_CUDA_CHECK_LAUNCH();
     hidden_deltas<<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    accumulate_metrics<<<1, 64, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     mark("deltas");
     if (n == 1) {
@@ -201,7 +194,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     if (n == 1 && long_w1_rows) {
         weight_pass_single<RowW1, kWarp><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
     } else if (n == 1) {
-        weight_pass_single<RowW1, 8><<<blocks_for(t.y_total * 8), T, 0, stream_>>>(a);
+        weight_pass_single<RowW1, 4><<<blocks_for(t.y_total * 4), T, 0, stream_>>>(a);
     } else {
         weight_pass<RowW1, kSeqs><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
     }

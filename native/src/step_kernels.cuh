@@ -22,13 +22,15 @@ struct StepArgs {
     bool polynomial, opt_abs_diff;
     int derivative;
     const int64_t *x_off, *y_off, *h_off, *w0_off, *w1_off, *x_src, *h_bias, *raw_dst, *raw_src, *target_src;
-    const int64_t* layer_y_range;
     const int8_t* x_kind;
-    const int32_t *y_bin, *y_unit;
+    const int32_t* y_unit;
     float *weights, *velocity, *x, *h, *y;
     const float *unit_lr, *unit_mu;
     float *delta_out, *lr_delta_hidden, *error;
     double* metric_sums;
+    double* unit_error;                // per unit: sum of squared errors of the two-step and one-step halves
+    const int64_t* layer_unit_range;  // per layer: first unit id (n_layers + 1 entries)
+    int64_t n_layers;
     int64_t* metric_steps;
     int64_t* step;
 };
@@ -93,29 +95,16 @@ __global__ void output_deltas(StepArgs a) {
     }
 }
 
-// Per (layer, half) sums of squared errors, one block per bin, a fixed tree: no atomics.
+// Per (layer, half) sums of squared errors: hidden_deltas leaves each unit's two sums (over all
+// sequences) in unit_error; one thread per bin then adds its layer's units in id order. No atomics.
 __global__ void accumulate_metrics(StepArgs a) {
     if (*a.step < 2) return;  // steps 0 and 1 compare against the initial all-ones rings
-    const int bin = blockIdx.x, layer = bin / 2;
-    const int64_t lo = a.layer_y_range[2 * layer], hi = a.layer_y_range[2 * layer + 1];
-    double acc = 0.0;
-    for (int64_t q = 0; q < a.n_seq; ++q)
-        for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
-            if (a.y_bin[j] == bin) {
-                const double e = a.error[q * a.y_total + j];
-                acc += e * e;
-            }
-    __shared__ double part[kThreads];
-    part[threadIdx.x] = acc;
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride) part[threadIdx.x] += part[threadIdx.x + stride];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        a.metric_sums[bin] += part[0];
-        if (bin == 0) *a.metric_steps += 1;
-    }
+    const int bin = threadIdx.x;
+    if (bin >= 2 * a.n_layers) return;
+    double total = 0.0;
+    for (int64_t u = a.layer_unit_range[bin / 2]; u < a.layer_unit_range[bin / 2 + 1]; ++u) total += a.unit_error[2 * u + bin % 2];
+    a.metric_sums[bin] += total;
+    if (bin == 0) *a.metric_steps += 1;
 }
 
 // delta_h = g(h(s-2)) * sum_j W1[j,k] delta_out_j with the current (pre-update) W1, stored multiplied
@@ -131,13 +120,47 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     const float* __restrict__ W1 = a.weights + a.w1_off[u];
     const float lr = a.unit_lr[u];
     __shared__ float part[kRowGroups][kColumns];
+    __shared__ double err_part[2][kThreads];
+
+    // This unit's squared errors (both halves, every sequence), for the metrics.
+    const int64_t P = M / 2;
+    double e2[2] = {0.0, 0.0};
+    for (int64_t q = 0; q < a.n_seq; ++q)
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+            const double e = a.error[q * a.y_total + a.y_off[u] + j];
+            e2[j >= P] += e * e;
+        }
+    err_part[0][threadIdx.x] = e2[0];
+    err_part[1][threadIdx.x] = e2[1];
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) {
+            err_part[0][threadIdx.x] += err_part[0][threadIdx.x + stride];
+            err_part[1][threadIdx.x] += err_part[1][threadIdx.x + stride];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        a.unit_error[2 * u] = err_part[0][0];
+        a.unit_error[2 * u + 1] = err_part[1][0];
+    }
+
     for (int64_t q = 0; q < a.n_seq; ++q) {
         const float* __restrict__ d = a.delta_out + q * a.y_total + a.y_off[u];
         for (int64_t k0 = 0; k0 < H; k0 += kColumns) {
             const int64_t k = k0 + col;
             float eps = 0.0f;
-            if (k < H)
-                for (int64_t j = g; j < M; j += kRowGroups) eps = __fadd_rn(eps, __fmul_rn(W1[j * K + k], d[j]));
+            if (k < H) {
+                // Four interleaved partial sums (rows g, g+4G, ... / g+G, g+5G, ...), combined in order.
+                float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                int64_t j = g;
+                for (; j + 3 * kRowGroups < M; j += 4 * kRowGroups) {
+#pragma unroll
+                    for (int t = 0; t < 4; ++t) p[t] = __fadd_rn(p[t], __fmul_rn(W1[(j + t * kRowGroups) * K + k], d[j + t * kRowGroups]));
+                }
+                for (int t = 0; j < M; j += kRowGroups, ++t) p[t] = __fadd_rn(p[t], __fmul_rn(W1[j * K + k], d[j]));
+                eps = __fadd_rn(__fadd_rn(p[0], p[1]), __fadd_rn(p[2], p[3]));
+            }
             part[g][col] = eps;
             __syncthreads();
             if (g == 0 && k < H) {

@@ -54,13 +54,13 @@ private:
     // Topology on the device.
     DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, x_src_, h_bias_, raw_dst_, raw_src_, target_src_;
     DeviceBuffer<int8_t> x_kind_;
-    DeviceBuffer<int32_t> y_bin_, y_unit_;
-    DeviceBuffer<int64_t> layer_y_range_;  // per layer: first and one-past-last output index
+    DeviceBuffer<int32_t> y_unit_;
+    DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
 
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
     DeviceBuffer<float> lr_delta_out_, lr_delta_hidden_, error_;
-    DeviceBuffer<double> metric_sums_;
+    DeviceBuffer<double> metric_sums_, unit_error_;
     DeviceBuffer<int64_t> step_, metric_steps_;
     int64_t host_step_ = 0;
 
