@@ -194,7 +194,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     if (n == 1 && long_w1_rows) {
         weight_pass_single<RowW1, kWarp><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
     } else if (n == 1) {
-        weight_pass_single<RowW1, 4><<<blocks_for(t.y_total * 4), T, 0, stream_>>>(a);
+        weight_pass_single<RowW1, 8><<<blocks_for(t.y_total * 8), T, 0, stream_>>>(a);
     } else {
         weight_pass<RowW1, kSeqs><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
     }
