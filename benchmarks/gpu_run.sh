@@ -2,6 +2,7 @@
 # On a GPU host, from the repository root: build the native engine, check it against the reference
 # (pytest -m gpu), benchmark small/med/LARGE, and write benchmarks/results-<gpu>.md (+ JSON).
 #   bash benchmarks/gpu_run.sh [OUT_DIR]        # default OUT_DIR: $OUT or benchmarks/out
+# The GPU host's copy of the tree has no .git: pass the commit as PVM_COMMIT=$(git rev-parse --short HEAD).
 # Environment: PVM_GPU_TESTS (a pytest -k filter), PVM_BENCH_STEPS (n_seq=1 steps, default 500),
 # PVM_BENCH_BATCHES (n_seq list for the batch table, default 4,16,64,256,1024; "none" skips it).
 # Needs: Python with numpy, pybind11, scikit-build-core, cmake, typer, pytest; nvcc. No network.

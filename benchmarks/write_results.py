@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,12 @@ def main(out_dir: str) -> None:
     out = Path(out_dir)
     rows = [r for f in ("bench_nseq1.json", "bench_batch.json") if (out / f).exists() for r in json.loads((out / f).read_text())]
     gpu = (out / "gpu.txt").read_text().strip() if (out / "gpu.txt").exists() else "unknown GPU"
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = ""
+    commit = os.environ.get("PVM_COMMIT", "")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        except OSError:
+            commit = ""
     tests = (out / "gpu_tests.txt").read_text().strip().splitlines() if (out / "gpu_tests.txt").exists() else []
     print(f"# pvm-dist native engine on {gpu.split(',')[0]}\n")
     print(f"- GPU, driver, memory, max SM clock: {gpu}")
