@@ -204,7 +204,8 @@ def train(
     data: Annotated[str, typer.Option("--data", "-d", help="Frame source: synthetic:bar or synthetic:noise.")] = "synthetic:bar",
     steps: Annotated[int, typer.Option("--steps", "-n", help="Train until this step (also when resuming).", min=1)] = 1000,
     n_seq: Annotated[int, typer.Option("--n-seq", help="Independent sequences trained together (shared weights).", min=1)] = 1,
-    backend: Annotated[str, typer.Option("--backend", help="auto, reference or native.")] = "auto",
+    backend: Annotated[str, typer.Option("--backend", help="auto (native where built), reference or native.")] = "auto",
+    device: Annotated[str | None, typer.Option("--device", help="Native engine device: cpu, cuda or cuda:N (default: a GPU if visible).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the initial weights and synthetic data.")] = 0,
     overrides: Annotated[list[str], typer.Option("-O", help="Spec override key=value (repeatable), e.g. -O derivative=exact.")] = [],  # noqa: B006
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps (0: at the end only).", min=0)] = 0,
@@ -214,7 +215,7 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print the final summary as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    """Train one model locally (reference engine on the CPU for now) with checkpoints and exact resume.
+    """Train one model locally (native engine where built, else the numpy reference) with checkpoints and exact resume.
 
     Ctrl-C saves a checkpoint and prints the command that resumes it.
     """
@@ -243,6 +244,8 @@ def train(
         if data not in SOURCES:
             raise UserError(f"unknown data source {data!r}; available now: {', '.join(SOURCES)}")
     cfg.checkpoint_every, cfg.keep_checkpoints = checkpoint_every, keep
+    if device is not None:
+        cfg.device = device
     result = _train_with_progress(cfg, ck, show=not (quiet or as_json), run=run_training)
     summary = {
         "step": result.step, "interrupted": result.interrupted, "checkpoint": str(result.checkpoint),
@@ -312,7 +315,7 @@ def bench(
                 typer.echo(f"timing {spec.name} n_seq={n} ...", err=True)
             try:
                 results.append(run_bench(spec, n, backend=backend, device=device, steps=steps, warmup=warmup))
-            except (RuntimeError, ValueError) as exc:
+            except (RuntimeError, ValueError, TypeError) as exc:
                 raise UserError(f"{spec.name} n_seq={n}: {exc}") from None
     if as_json:
         _print_json([as_row(r) for r in results])

@@ -36,6 +36,7 @@ class TrainConfig:
     n_seq: int = 1
     seed: int = 0
     backend: str = "auto"
+    device: str | None = None  # native engine: "cpu", "cuda", "cuda:N" (default: a GPU if visible)
     data: str = "synthetic:bar"
     checkpoint_every: int = 0  # 0: only at the end (and on interruption)
     keep_checkpoints: int = 2
@@ -110,7 +111,7 @@ def _mean_error(metrics: dict[str, Any]) -> float | None:
 def train(cfg: TrainConfig, resume: checkpoint.Checkpoint | None = None,
           on_progress: Callable[[Progress], None] | None = None) -> TrainResult:
     """Train until ``cfg.steps`` (or a stop signal), checkpointing as configured."""
-    engine = build_engine(cfg.spec, backend=cfg.backend, n_seq=cfg.n_seq, seed=cfg.seed)
+    engine = build_engine(cfg.spec, backend=cfg.backend, n_seq=cfg.n_seq, seed=cfg.seed, device=cfg.device)
     if resume is not None:
         engine.load_state(resume.state)
     source = make_source(cfg.data, cfg.spec.image_shape, cfg.n_seq, cfg.seed)

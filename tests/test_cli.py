@@ -71,3 +71,22 @@ def test_doctor_reports_versions():
     js = json.loads(out.stdout)
     assert js["numpy"] and js["python"] and "available" in js["native_module"]
     assert {"ray", "mlflow", "gpus_seen"} <= js.keys()
+
+
+@pytest.mark.parametrize("backend", ["reference", "auto"])
+def test_bench_reports_rates_and_floor(backend):
+    out = run("bench", "--spec", "tiny", "--n-seq", "1,2", "--steps", "4", "--warmup", "3", "--backend", backend, "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [(r["spec"], r["n_seq"]) for r in rows] == [("tiny", 1), ("tiny", 2)]
+    for r in rows:
+        assert r["steps_per_s"] > 0 and r["frames_per_s"] == pytest.approx(r["steps_per_s"] * r["n_seq"])
+        assert r["ratio_to_floor"] == pytest.approx(r["steps_per_s"] / r["floor_steps_per_s"])
+        assert r["bandwidth_gb_per_s"] > 0 and r["bound"] in ("memory", "compute")
+    if backend == "auto" and rows[0]["backend"] == "native":
+        assert set(rows[0]["phases_ms"]) == {"gather", "forward", "backward+update"}
+
+
+def test_bench_bad_input_is_one_line():
+    out = run("bench", "--spec", "tiny", "--n-seq", "two")
+    assert out.returncode == 2 and "--n-seq takes integers" in out.stderr and "Traceback" not in out.stderr

@@ -186,14 +186,7 @@ std::vector<double> CpuEngine::take_metric_sums(int64_t* steps) {
 }
 
 std::vector<float>& CpuEngine::buffer(const std::string& name) {
-    if (name == "weights") return weights_;
-    if (name == "momentum") return velocity_;
-    if (name == "x_ring") return x_;
-    if (name == "h_ring") return h_;
-    if (name == "y_ring") return y_;
-    if (name == "unit_learning_rate") return unit_lr_;
-    if (name == "unit_momentum") return unit_mu_;
-    throw std::invalid_argument("unknown engine buffer '" + name + "'");
+    return select_buffer(name, weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_);
 }
 
 void CpuEngine::read(const std::string& name, float* out) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,20 @@ protected:
     Topology topo_;
     EngineConfig cfg_;
 };
+
+// The named state buffer of an engine, whatever its buffer type (host vector, device array).
+template <class Buffer>
+Buffer& select_buffer(const std::string& name, Buffer& weights, Buffer& momentum, Buffer& x_ring, Buffer& h_ring,
+                      Buffer& y_ring, Buffer& unit_lr, Buffer& unit_mu) {
+    if (name == "weights") return weights;
+    if (name == "momentum") return momentum;
+    if (name == "x_ring") return x_ring;
+    if (name == "h_ring") return h_ring;
+    if (name == "y_ring") return y_ring;
+    if (name == "unit_learning_rate") return unit_lr;
+    if (name == "unit_momentum") return unit_mu;
+    throw std::invalid_argument("unknown engine buffer '" + name + "'");
+}
 
 // Buffer names, shared with the Python wrapper.
 inline const std::vector<std::string>& buffer_names() {
