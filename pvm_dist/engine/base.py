@@ -24,6 +24,7 @@ class EngineBase:
         self.unit_lr = np.zeros(topology.n_units, np.float32)
         self.unit_momentum = np.zeros(topology.n_units, np.float32)
         self.events: list[ScheduleEvent] = []
+        self.frozen = False
         arrays = topology.native_arrays()
         self._metric_count = np.bincount(arrays["y_bin"], minlength=2 * spec.n_layers).astype(np.float64)
 
@@ -53,8 +54,24 @@ class EngineBase:
             raise TypeError(f"frames must be uint8 (BGR) or float32 in [0, 1], got {frames.dtype}")
         return frames
 
+    def freeze(self) -> None:
+        """Stop learning (for evaluation): every rate and momentum 0, the schedule ignored.
+
+        With η = μ = 0 a step leaves the weights unchanged and zeroes the velocity (§3.7), so a frozen
+        engine still runs forward passes, fills its rings and measures its prediction error.
+        """
+        self.frozen = True
+        self.unit_lr[:] = 0
+        self.unit_momentum[:] = 0
+        self._rates_changed()
+
+    def _rates_changed(self) -> None:
+        """Hook for engines that keep the per-unit rates elsewhere (the native engine)."""
+
     def _advance_schedule(self, step: int) -> bool:
         """Apply the schedule events of ``step``; True if any rate changed."""
+        if self.frozen:
+            return False
         fired = events_at(self.spec, step)
         apply_events(fired, self.topo.layer, self.unit_lr, self.unit_momentum)
         self.events.extend(fired)

@@ -62,9 +62,12 @@ class NativeEngine(EngineBase):
         """Train one step on ``frames`` [n_seq, D, D, C] (uint8 BGR or float32 in [0, 1])."""
         frames = self._check_frames(frames)
         if self._advance_schedule(self.step_index):
-            self._engine.write("unit_learning_rate", self.unit_lr)
-            self._engine.write("unit_momentum", self.unit_momentum)
+            self._rates_changed()
         self._engine.step(np.ascontiguousarray(frames))
+
+    def _rates_changed(self) -> None:
+        self._engine.write("unit_learning_rate", self.unit_lr)
+        self._engine.write("unit_momentum", self.unit_momentum)
 
     def state(self) -> dict[str, Any]:
         """A host copy of the engine's state in the reference engine's layout."""
@@ -123,8 +126,7 @@ class NativeEngine(EngineBase):
         if frames.dtype != np.uint8:
             raise TypeError("profile_step takes uint8 frames")
         if self._advance_schedule(self.step_index):
-            self._engine.write("unit_learning_rate", self.unit_lr)
-            self._engine.write("unit_momentum", self.unit_momentum)
+            self._rates_changed()
         return dict(self._engine.profile_step(np.ascontiguousarray(frames)))
 
     @property
