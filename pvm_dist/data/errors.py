@@ -1,0 +1,18 @@
+"""The one error every data source raises for bad user data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class DataError(ValueError):
+    """A missing, unreadable, empty or corrupt data file, or a data string that names nothing.
+
+    The message is one line and names the file (or data string) and the problem, so a command line can
+    print it as it is.
+    """
+
+
+def data_error(path: str | Path, problem: str) -> DataError:
+    """``DataError("<path>: <problem>")`` with any newline in the problem folded into the one line."""
+    return DataError(f"{path}: {' '.join(str(problem).split())}")
