@@ -37,9 +37,10 @@ class UserError(Exception):
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from pvm_dist.checkpoint import CheckpointError
+    from pvm_dist.data import DataError
     from pvm_dist.spec import SpecError
 
-    return (UserError, SpecError, CheckpointError, FileNotFoundError, PermissionError, IsADirectoryError)
+    return (UserError, SpecError, CheckpointError, DataError, FileNotFoundError, PermissionError, IsADirectoryError)
 
 
 def _print_json(obj: Any) -> None:
@@ -201,7 +202,8 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 @app.command()
 def train(
     spec: Annotated[str, typer.Option("--spec", "-s", help="Spec file or model-zoo name.")] = "tiny",
-    data: Annotated[str, typer.Option("--data", "-d", help="Frame source: synthetic:bar or synthetic:noise.")] = "synthetic:bar",
+    data: Annotated[str, typer.Option("--data", "-d", help="Frames: synthetic:balls|bar|noise, a video, a folder of images, a PVM .zip (or a comma list), or a set name with --data-path.")] = "synthetic:balls",
+    data_path: Annotated[str | None, typer.Option("--data-path", help="Folder holding the original PVM data zips (for set names).")] = None,
     steps: Annotated[int, typer.Option("--steps", "-n", help="Train until this step (also when resuming).", min=1)] = 1000,
     n_seq: Annotated[int, typer.Option("--n-seq", help="Independent sequences trained together (shared weights).", min=1)] = 1,
     backend: Annotated[str, typer.Option("--backend", help="auto (native where built), reference or native.")] = "auto",
@@ -210,14 +212,24 @@ def train(
     overrides: Annotated[list[str], typer.Option("-O", help="Spec override key=value (repeatable), e.g. -O derivative=exact.")] = [],  # noqa: B006
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps (0: at the end only).", min=0)] = 0,
     keep: Annotated[int, typer.Option("--keep", help="How many of the newest checkpoints to keep.", min=1)] = 2,
+    keep_every: Annotated[int, typer.Option("--keep-every", help="Also keep every checkpoint whose step is a multiple of N (0: none).", min=0)] = 0,
+    metrics_every: Annotated[int, typer.Option("--metrics-every", help="Read and log metrics every N steps.", min=1)] = 50,
+    picture_every: Annotated[int, typer.Option("--picture-every", help="Save a picture every N steps (0: at the end only).", min=0)] = 500,
+    readout_from: Annotated[int, typer.Option("--readout-from", help="Train the heatmap readout from this step on (labelled data; the original waits 1,000,000).", min=0)] = 0,
+    readout_lr: Annotated[float | None, typer.Option("--readout-lr", help="Readout learning rate (default: the original's schedule, 0.01 then 10× the PVM rate).", min=0)] = None,
+    mlflow_uri: Annotated[str | None, typer.Option("--mlflow", help="MLflow tracking URI (default: ./mlflow.db, no server needed).")] = None,
+    experiment: Annotated[str, typer.Option("--experiment", help="MLflow experiment name.")] = "pvm-dist",
+    run_name: Annotated[str | None, typer.Option("--run-name", help="MLflow run name (default: the run folder's name).")] = None,
+    no_track: Annotated[bool, typer.Option("--no-track", help="Do not log to MLflow.")] = False,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run folder (default: runs/<spec>-<time>).")] = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="Continue bit-identically from this checkpoint.")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue bit-identically (and in the same MLflow run) from this checkpoint.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final summary as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    """Train one model locally (native engine where built, else the numpy reference) with checkpoints and exact resume.
+    """Train one model locally (native engine where built, else the numpy reference), tracked in MLflow.
 
-    Ctrl-C saves a checkpoint and prints the command that resumes it.
+    Logs every effective spec value, errors against the copy-last-frame baseline, fps, pictures,
+    an animation and checkpoints. Ctrl-C saves a checkpoint and prints the command that resumes it.
     """
     import time as _time
 
@@ -235,29 +247,51 @@ def train(
             raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
     else:
         s = load_spec(spec)
-        if overrides:
-            s = s.with_overrides(_parse_overrides(overrides))
+        parsed = _parse_overrides(overrides)
+        if parsed:
+            s = s.with_overrides(parsed)
         folder = run_dir or Path("runs") / f"{s.name}-{_time.strftime('%Y%m%d-%H%M%S')}"
-        cfg = TrainConfig(spec=s, steps=steps, run_dir=folder, n_seq=n_seq, seed=seed, backend=backend, data=data)
-        from pvm_dist.data.synthetic import SOURCES
-
-        if data not in SOURCES:
-            raise UserError(f"unknown data source {data!r}; available now: {', '.join(SOURCES)}")
-    cfg.checkpoint_every, cfg.keep_checkpoints = checkpoint_every, keep
+        cfg = TrainConfig(spec=s, steps=steps, run_dir=folder, n_seq=n_seq, seed=seed, backend=backend, device=device,
+                          data=data, data_path=data_path, readout_from=readout_from, readout_lr=readout_lr,
+                          track=not no_track,
+                          mlflow_uri=mlflow_uri, experiment=experiment, run_name=run_name, overrides=parsed,
+                          metrics_every=metrics_every, picture_every=picture_every)
     if device is not None:
         cfg.device = device
-    result = _train_with_progress(cfg, ck, show=not (quiet or as_json), run=run_training)
+    if no_track:
+        cfg.track = False
+    cfg.checkpoint_every, cfg.keep_checkpoints, cfg.keep_every = checkpoint_every, keep, keep_every
+    from pvm_dist.data import DataError
+
+    try:
+        result = _train_with_progress(cfg, ck, show=not (quiet or as_json), run=run_training)
+    except DataError as exc:
+        raise UserError(str(exc)) from None
     summary = {
         "step": result.step, "interrupted": result.interrupted, "checkpoint": str(result.checkpoint),
         "run_dir": str(result.run_dir), "seconds": round(result.seconds, 3), "steps_per_s": result.steps_per_s,
-        "frames_per_s": result.frames_per_s,
-        "mse_two_step": result.final_metrics.get("mse_two_step"), "mse_one_step": result.final_metrics.get("mse_one_step"),
+        "frames_per_s": result.frames_per_s, "metrics": result.final_metrics,
+        "picture": str(result.picture) if result.picture else None,
+        "animation": str(result.animation) if result.animation else None,
+        "mlflow_run_id": result.run_id, "mlflow_uri": result.tracking_uri,
     }
     if as_json:
         _print_json(summary)
     else:
+        m = result.final_metrics
         typer.echo(f"step {result.step:,} in {result.seconds:.1f} s ({result.steps_per_s:,.1f} steps/s, "
-                   f"{result.frames_per_s:,.1f} frames/s); checkpoint {result.checkpoint}")
+                   f"{result.frames_per_s:,.1f} frames/s)")
+        if "l0_two_step_px" in m:
+            typer.echo(f"layer-0 two-step error {m['l0_two_step_px']:.2f} px RMSE; copy-last-frame "
+                       f"{m.get('baseline_two_step_px', float('nan')):.2f} px; ratio (MSE) {m.get('ratio_two_step', float('nan')):.3f}")
+        typer.echo(f"checkpoint {result.checkpoint}")
+        if result.picture:
+            typer.echo(f"picture    {result.picture}")
+        if result.animation:
+            typer.echo(f"animation  {result.animation}")
+        if result.run_id:
+            typer.echo(f"MLflow run {result.run_id} in experiment '{cfg.experiment}' at {result.tracking_uri} "
+                       f"(browse: mlflow ui --backend-store-uri {result.tracking_uri})")
     if result.interrupted:
         typer.echo(f"interrupted; resume with: pvm-dist train --resume {result.checkpoint} --steps {cfg.steps}", err=True)
         raise typer.Exit(130)
@@ -274,7 +308,7 @@ def _train_with_progress(cfg: Any, ck: Any, show: bool, run: Any) -> Any:
         task = bar.add_task(cfg.spec.name, total=cfg.steps, completed=ck.step if ck else 0, rate="", err="–")
 
         def update(p: Any) -> None:
-            err = f"{p.error:.5f}" if p.error is not None else "–"
+            err = "–" if p.error is None else f"{p.error:.2f} px" + ("" if p.ratio is None else f" (×{p.ratio:.2f} baseline)")
             bar.update(task, completed=p.step, rate=f"{p.steps_per_s:,.1f} steps/s {p.frames_per_s:,.1f} fr/s", err=err)
 
         return run(cfg, ck, on_progress=update)
@@ -342,6 +376,97 @@ def _print_bench(results: list[Any]) -> None:
         if r.phases_ms:
             phases = ", ".join(f"{k} {v * 1e3:,.1f} µs" for k, v in r.phases_ms.items())
             con.print(f"  {r.spec} n_seq={r.n_seq} phases: {phases}")
+
+
+@app.command()
+def compare(
+    experiment: Annotated[str, typer.Argument(help="MLflow experiment name (a sweep's experiment works too).")],
+    mlflow_uri: Annotated[str | None, typer.Option("--mlflow", help="Tracking URI (default: ./mlflow.db).")] = None,
+    metric: Annotated[str, typer.Option("--metric", "-m", help="Metric to sort by.")] = "ratio_two_step",
+    order: Annotated[str, typer.Option("--order", help="auto (errors ascending, rates/IoU descending), asc or desc.")] = "auto",
+    top: Annotated[int, typer.Option("--top", help="Rows to show (and curves to plot).", min=1)] = 20,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves of the top runs to this PNG.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Compare an experiment's runs: the params that differ, final metrics and fps, best first."""
+    from pvm_dist.compare import CompareError, comparison, plot_curves
+    from pvm_dist.tracking import default_tracking_uri
+
+    if order not in ("auto", "asc", "desc"):
+        raise UserError(f"--order must be auto, asc or desc, got {order!r}")
+    uri = mlflow_uri or default_tracking_uri()
+    try:
+        result = comparison(uri, experiment, metric, None if order == "auto" else order == "desc")
+    except CompareError as exc:
+        raise UserError(str(exc)) from None
+    except Exception as exc:  # an unreachable or broken tracking store
+        raise UserError(f"cannot read MLflow at {uri}: {type(exc).__name__}: {exc}") from None
+    runs = result["runs"][:top]
+    if plot is not None:
+        result["plot"] = str(plot_curves(uri, [r["run_id"] for r in runs], [r["name"] for r in runs], metric, plot))
+    if as_json:
+        _print_json({**result, "runs": runs})
+        return
+    _print_comparison(result, runs)
+
+
+def _print_comparison(result: dict, runs: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    direction = "higher is better" if result["descending"] else "lower is better"
+    table = Table(title=f"{result['experiment']}: {len(result['runs'])} runs, by {result['metric']} ({direction})")
+    for col in ("run", "status", *result["differing_params"], result["metric"], "frames/s"):
+        table.add_column(col, justify="right")
+    for r in runs:
+        value = "–" if r["metric"] is None else f"{r['metric']:.5g}"
+        fps = "–" if r["frames_per_s"] is None else f"{r['frames_per_s']:,.0f}"
+        table.add_row(r["name"], r["status"], *[str(r["params"].get(k, "–")) for k in result["differing_params"]], value, fps)
+    con = Console()
+    con.print(table)
+    if not result["differing_params"]:
+        con.print("(every run has the same parameters)")
+    if "plot" in result:
+        con.print(f"learning curves: {result['plot']}")
+
+
+@app.command(name="eval")
+def evaluate_checkpoint(
+    checkpoint_file: Annotated[Path, typer.Argument(help="A .pvmckpt written by pvm-dist train.")],
+    data: Annotated[str, typer.Option("--data", "-d", help="Held-out frames (same forms as train --data).")] = "synthetic:balls",
+    data_path: Annotated[str | None, typer.Option("--data-path", help="Folder holding the original PVM data zips.")] = None,
+    steps: Annotated[int, typer.Option("--steps", "-n", help="Frames per sequence to evaluate.", min=3)] = 300,
+    n_seq: Annotated[int, typer.Option("--n-seq", help="Sequences evaluated together.", min=1)] = 1,
+    backend: Annotated[str, typer.Option("--backend", help="auto, reference or native.")] = "auto",
+    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda or cuda:N.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of synthetic held-out data (training used --seed, default 0).")] = 1,
+    log: Annotated[bool, typer.Option("--log", help="Also log the results to the checkpoint's MLflow run (as eval_*).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Prediction error vs the copy-last-frame baseline (and readout IoU) of a checkpoint on held-out data."""
+    from pvm_dist.data import DataError
+    from pvm_dist.evaluate import evaluate
+
+    try:
+        result = evaluate(checkpoint_file, data, steps=steps, n_seq=n_seq, data_path=data_path, backend=backend,
+                          device=device, seed=seed)
+    except DataError as exc:
+        raise UserError(str(exc)) from None
+    if log:
+        if not result["mlflow_run_id"]:
+            raise UserError(f"{checkpoint_file} records no MLflow run to log to")
+        from pvm_dist.tracking import Tracker
+
+        tracker = Tracker.start(result["mlflow_uri"], experiment="", run_id=result["mlflow_run_id"],
+                                fallback_dir=Path(checkpoint_file).resolve().parent / "tracking-fallback")
+        tracker.log_metrics({f"eval_{k}": v for k, v in result["metrics"].items()}, step=result["trained_steps"])
+        tracker.close("FINISHED")
+    if as_json:
+        _print_json(result)
+        return
+    typer.echo(f"{result['spec']} at step {result['trained_steps']:,} on {result['data']} ({steps} steps × {n_seq}):")
+    for key, value in result["metrics"].items():
+        typer.echo(f"  {key:<24} {value:.5g}")
 
 
 def main() -> None:

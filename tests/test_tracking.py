@@ -27,17 +27,10 @@ mlflow = pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
 
 
-def _load_module():
-    """Import pvm_dist/tracking.py from this checkout (the installed package may predate it)."""
-    path = Path(__file__).resolve().parents[1] / "pvm_dist" / "tracking.py"
-    spec = importlib.util.spec_from_file_location("_pvm_dist_tracking_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from mlflow_server import MlflowServer, free_port  # noqa: E402
 
+from pvm_dist import tracking  # noqa: E402
 
-tracking = _load_module()
 Tracker = tracking.Tracker
 TrackingWarning = tracking.TrackingWarning
 
@@ -51,90 +44,12 @@ def _mlflow_env(monkeypatch):
     monkeypatch.delenv("PVM_MLFLOW_URI", raising=False)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _our_warnings(caught) -> list:
     return [w for w in caught if issubclass(w.category, TrackingWarning)]
 
 
 def _no_tracking_threads(tr) -> bool:
     return not any(t.name == f"pvm-tracking-{tr.session}" for t in threading.enumerate())
-
-
-# --------------------------------------------------------------------------------------------------
-# A real mlflow server
-
-
-class MlflowServer:
-    """``mlflow server`` on 127.0.0.1 with a SQLite store and served artifacts, restartable on the same port."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.port = _free_port()
-        self.db = root / "server.db"
-        self.artifacts = root / "server-artifacts"
-        self.log = root / "server.log"
-        self.proc: subprocess.Popen | None = None
-        self.start_seconds: list[float] = []
-
-    @property
-    def uri(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 60.0) -> None:
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        env.pop("MLFLOW_TRACKING_URI", None)
-        exe = Path(sys.executable).parent / "mlflow"
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "mlflow"]
-        cmd += ["server", "--host", "127.0.0.1", "--port", str(self.port),
-                "--backend-store-uri", f"sqlite:///{self.db}", "--artifacts-destination", str(self.artifacts),
-                "--serve-artifacts", "--workers", "1"]
-        t0 = time.perf_counter()
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root,
-                                         start_new_session=True)
-        deadline = t0 + timeout
-        while time.perf_counter() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited ({self.proc.returncode}):\n{self._tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=1) as r:
-                    if r.status == 200:
-                        self.start_seconds.append(time.perf_counter() - t0)
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"mlflow server not healthy after {timeout:.0f} s:\n{self._tail()}")
-
-    def kill(self) -> None:
-        """SIGKILL the whole server (a crash, not a clean shutdown)."""
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=30)
-        self.proc = None
-        deadline = time.perf_counter() + 10
-        while time.perf_counter() < deadline:  # the uvicorn child dies with its group; wait for the port
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) != 0:
-                    return
-            time.sleep(0.05)
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def _tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
 
 
 @pytest.fixture(scope="module")
@@ -329,7 +244,7 @@ def test_undelivered_metrics_replay_on_resume(sqlite_uri, tmp_path):
     first = Tracker.start(sqlite_uri, "sqlite-replay", fallback_dir=fb)
     first.log_metrics({"loss": 0.0}, 0)
     first.close("KILLED")
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         lost = Tracker.start(dead, "sqlite-replay", run_id=first.run_id, fallback_dir=fb, flush_every=0.05)
@@ -352,7 +267,7 @@ def test_undelivered_metrics_replay_on_resume(sqlite_uri, tmp_path):
 
 
 def test_unreachable_at_start_falls_back(tmp_path):
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     fb = tmp_path / "fb"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -416,7 +331,7 @@ def test_hung_server_does_not_stall_training(tmp_path, monkeypatch):
 def test_queue_is_bounded(tmp_path):
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        tr = Tracker.start(f"http://127.0.0.1:{_free_port()}", "dead", fallback_dir=tmp_path, max_queue=1000,
+        tr = Tracker.start(f"http://127.0.0.1:{free_port()}", "dead", fallback_dir=tmp_path, max_queue=1000,
                            flush_every=60)
         for s in range(2500):
             tr.log_metrics({"loss": float(s)}, s)

@@ -1,70 +1,167 @@
-"""`pvm-dist train`: end to end, exact resume through the CLI, and the Ctrl-C path."""
+"""`pvm-dist train` and `eval` end to end: MLflow records, exact resume in the same run, Ctrl-C."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
-
+import pytest
 from conftest import cli_command
+from mlflow_server import MlflowServer
 
 from pvm_dist import checkpoint
 from pvm_dist.data.synthetic import BarSource
 
+mlflow = pytest.importorskip("mlflow")
 CLI = cli_command()
+FAST = ["-O", "delay_each_layer_learning=10", "--metrics-every", "10", "--picture-every", "20"]
 
 
-def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+@pytest.fixture
+def env(tmp_path):
+    """A private SQLite store for each test, and fast failure against dead HTTP servers."""
+    return {**os.environ, "PVM_MLFLOW_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 
 
-def test_train_then_resume_equals_straight_run(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    out = run("train", "--steps", "60", "--n-seq", "2", "--run-dir", str(a), "--json", "-O", "delay_each_layer_learning=10")
+def run(env, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def runs_of(uri: str, experiment: str = "pvm-dist") -> list:
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    return [] if exp is None else client.search_runs([exp.experiment_id])
+
+
+def artifacts(uri: str, run_id: str, path: str = "") -> set[str]:
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    out = set()
+    for item in client.list_artifacts(run_id, path or None):
+        out |= artifacts(uri, run_id, item.path) if item.is_dir else {item.path}
+    return out
+
+
+def test_train_records_everything_in_mlflow(env, tmp_path):
+    out = run(env, "train", "--steps", "40", "--n-seq", "2", "--run-dir", str(tmp_path / "r"), "--json", *FAST)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["step"] == 60
-    assert run("train", "--steps", "25", "--n-seq", "2", "--run-dir", str(b), "-q", "-O", "delay_each_layer_learning=10").returncode == 0
-    out = run("train", "--resume", str(b / "checkpoints" / "step_000000025.pvmckpt"), "--steps", "60", "-q")
+    summary = json.loads(out.stdout)
+    (mlrun,) = runs_of(env["PVM_MLFLOW_URI"])
+    assert mlrun.info.run_id == summary["mlflow_run_id"] and mlrun.info.status == "FINISHED"
+    params = mlrun.data.params
+    assert params["spec.layer_shapes"] == "[4, 2, 1]" and params["spec.delay_each_layer_learning"] == "10"
+    assert params["overrides.delay_each_layer_learning"] == "10" and params["n_seq"] == "2"
+    assert params["data"] == "synthetic:balls" and params["seed"] == "0"
+    for key in ("l0_two_step_px", "baseline_two_step_px", "ratio_two_step", "frames_per_s", "layer2_mse_one_step"):
+        assert key in mlrun.data.metrics
+    tags = mlrun.data.tags
+    assert tags["backend"] in ("native", "reference") and tags["host"] and tags["pvm_dist.version"]
+    history = mlflow.MlflowClient(tracking_uri=env["PVM_MLFLOW_URI"]).get_metric_history(mlrun.info.run_id, "ratio_two_step")
+    assert [m.step for m in history] == [10, 20, 30, 40]
+    files = artifacts(env["PVM_MLFLOW_URI"], mlrun.info.run_id)
+    assert {"spec.json", "pictures/step_000000020.png", "pictures/step_000000040.png",
+            "checkpoints/step_000000040.pvmckpt", "prediction.gif"} <= files
+    assert summary["picture"].endswith("step_000000040.png") and summary["animation"].endswith("prediction.gif")
+
+
+def test_train_then_resume_equals_straight_run_in_the_same_mlflow_run(env, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run(env, "train", "--steps", "60", "--run-dir", str(a), "--experiment", "straight", "-q", *FAST).returncode == 0
+    out = run(env, "train", "--steps", "25", "--run-dir", str(b), "--experiment", "resumed", "-q", *FAST)
+    assert out.returncode == 0, out.stderr
+    out = run(env, "train", "--resume", str(b / "checkpoints" / "step_000000025.pvmckpt"), "--steps", "60", "-q")
     assert out.returncode == 0, out.stderr
     straight = checkpoint.load(a / "checkpoints" / "step_000000060.pvmckpt")
     resumed = checkpoint.load(b / "checkpoints" / "step_000000060.pvmckpt")
     assert straight.spec == resumed.spec and straight.spec["delay_each_layer_learning"] == 10
+    assert straight.state.keys() == resumed.state.keys() and any(k.startswith("readout_") for k in straight.state)
     for key, value in straight.state.items():
         assert np.array_equal(value, resumed.state[key]), key
+    (mlrun,) = runs_of(env["PVM_MLFLOW_URI"], "resumed")  # one run, continued
+    history = mlflow.MlflowClient(tracking_uri=env["PVM_MLFLOW_URI"]).get_metric_history(mlrun.info.run_id, "frames_per_s")
+    assert sorted(m.step for m in history) == [10, 20, 25, 30, 40, 50, 60] and mlrun.info.status == "FINISHED"
     lines = [json.loads(x) for x in (a / "metrics.jsonl").read_text().splitlines()]
-    assert [x["step"] for x in lines] == [50, 60] and len(lines[0]["mse_two_step"]) == 3
+    assert [x["step"] for x in lines] == [10, 20, 30, 40, 50, 60]
 
 
-def test_sigint_saves_checkpoint_and_prints_resume_command(tmp_path):
-    proc = subprocess.Popen([*CLI, "train", "--steps", "1000000", "--run-dir", str(tmp_path), "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
+def test_sigint_saves_checkpoint_closes_run_killed_and_prints_resume(env, tmp_path):
+    proc = subprocess.Popen([*CLI, "train", "--steps", "1000000", "--run-dir", str(tmp_path), "-q", *FAST],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
     while not (tmp_path / "metrics.jsonl").exists() or not (tmp_path / "metrics.jsonl").read_text():
-        assert time.time() < deadline and proc.poll() is None
+        assert time.time() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "resume with: pvm-dist train --resume" in err and "Traceback" not in err
     saved = sorted((tmp_path / "checkpoints").glob("*.pvmckpt"))
     assert len(saved) == 1
     ck = checkpoint.load(saved[0])
-    assert 50 <= ck.step < 1_000_000 and ck.state["step"] == ck.step
+    assert 10 <= ck.step < 1_000_000 and ck.state["step"] == ck.step
+    (mlrun,) = runs_of(env["PVM_MLFLOW_URI"])
+    assert mlrun.info.status == "KILLED" and ck.meta["run_id"] == mlrun.info.run_id
 
 
-def test_bad_arguments_are_one_line(tmp_path):
-    out = run("train", "--data", "nowhere:else", "--steps", "5", "--run-dir", str(tmp_path))
-    assert out.returncode == 2 and "unknown data source" in out.stderr and "Traceback" not in out.stderr
-    out = run("train", "-O", "lateral_radus=1", "--steps", "5")
+def test_train_against_a_real_tracking_server(env, tmp_path):
+    server = MlflowServer(tmp_path / "server")
+    server.root.mkdir()
+    server.start()
+    try:
+        out = run(env, "train", "--steps", "20", "--run-dir", str(tmp_path / "r"), "--mlflow", server.uri, "-q", *FAST)
+        assert out.returncode == 0, out.stderr
+        (mlrun,) = runs_of(server.uri)
+        assert "ratio_two_step" in mlrun.data.metrics and mlrun.info.status == "FINISHED"
+        assert "checkpoints/step_000000020.pvmckpt" in artifacts(server.uri, mlrun.info.run_id)
+    finally:
+        server.kill()
+
+
+def test_unreachable_tracker_does_not_stop_training(env, tmp_path):
+    from mlflow_server import free_port
+
+    out = run(env, "train", "--steps", "20", "--run-dir", str(tmp_path / "r"), "--mlflow", f"http://127.0.0.1:{free_port()}",
+              "--json", *FAST)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["step"] == 20 and (tmp_path / "r" / "checkpoints" / "step_000000020.pvmckpt").exists()
+    assert "Traceback" not in out.stderr
+    fallback = list((tmp_path / "r" / "tracking-fallback").glob("*.jsonl"))
+    assert fallback and "ratio_two_step" in fallback[0].read_text()
+
+
+def test_eval_reports_error_baseline_and_readout(env, tmp_path):
+    assert run(env, "train", "--steps", "40", "--run-dir", str(tmp_path / "r"), "-q", *FAST).returncode == 0
+    ck = str(tmp_path / "r" / "checkpoints" / "step_000000040.pvmckpt")
+    out = run(env, "eval", ck, "--steps", "30", "--json", "--log")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    m = result["metrics"]
+    assert result["trained_steps"] == 40 and result["steps"] == 30
+    assert {"l0_two_step_px", "baseline_two_step_px", "ratio_two_step", "readout_iou", "readout_hit_rate"} <= m.keys()
+    assert 0.0 <= m["readout_iou"] <= 1.0
+    (mlrun,) = runs_of(env["PVM_MLFLOW_URI"])
+    assert "eval_ratio_two_step" in mlrun.data.metrics and mlrun.info.status == "FINISHED"
+    text = run(env, "eval", ck, "--steps", "10", "--data", "synthetic:bar")
+    assert text.returncode == 0 and "ratio_two_step" in text.stdout and "readout" not in text.stdout
+
+
+def test_bad_arguments_are_one_line(env, tmp_path):
+    out = run(env, "train", "--data", "nowhere:else", "--steps", "5", "--run-dir", str(tmp_path))
+    assert out.returncode == 2 and "nowhere:else" in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    out = run(env, "train", "-O", "lateral_radus=1", "--steps", "5")
     assert out.returncode == 2 and "lateral_radus" in out.stderr
     bad = tmp_path / "bad.pvmckpt"
     bad.write_bytes(b"PVMCKPT\x00garbage")
-    out = run("train", "--resume", str(bad))
-    assert out.returncode == 2 and "bad.pvmckpt" in out.stderr and "Traceback" not in out.stderr
+    for cmd in (["train", "--resume", str(bad)], ["eval", str(bad)]):
+        out = run(env, *cmd)
+        assert out.returncode == 2 and "bad.pvmckpt" in out.stderr and "Traceback" not in out.stderr
+    out = run(env, "train", "--data", str(tmp_path / "missing.mp4"), "--steps", "5", "--run-dir", str(tmp_path / "m"))
+    assert out.returncode == 2 and "missing.mp4" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_bar_source_follows_the_original():
@@ -75,6 +172,5 @@ def test_bar_source_follows_the_original():
     assert dark(src.frame(30)) == [59]  # k = m: clipped to one row at the bottom edge
     ks = [src._position(t) for t in range(31, 31 + 300)]
     assert [k for k, _ in ks[:30]] == list(range(1, 31)) and {d for _, d in ks} == {-1, 1}
-    assert np.array_equal(src.frames(3)[1], src.frame(3 + 7))
     vanished = [t for t in range(31, 400) if src._position(t) == (30, -1)]
     assert vanished and dark(src.frame(vanished[0])) == []
