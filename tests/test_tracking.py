@@ -7,16 +7,10 @@ runs in well under 90 s.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 import warnings
 from pathlib import Path
 
