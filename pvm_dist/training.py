@@ -28,7 +28,7 @@ from pvm_dist.spec import Spec, load_spec
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
 READOUT_PREFIX = "readout_"  # the readout's state keys; they sit beside the engine's in a checkpoint
-ANIMATION_FRAMES = 150
+ANIMATION_FRAMES = 100  # the last steps of a run, as input | prediction
 
 
 @dataclasses.dataclass
@@ -269,7 +269,7 @@ def train(cfg: TrainConfig, resume: checkpoint.Checkpoint | None = None,
                 if run.animation is None and engine.step_index >= collect_from:
                     from pvm_dist.viz import Animation
 
-                    run.animation = Animation()
+                    run.animation = Animation(min_side=96)
                 run.step()
                 s = engine.step_index
                 if s % cfg.metrics_every == 0 or s == cfg.steps:

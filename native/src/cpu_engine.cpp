@@ -13,6 +13,9 @@ namespace pvm {
 
 namespace {
 constexpr int kRing = 3;
+// Below this many weight·sequence products a step is too small to share: OpenMP barriers would cost
+// more than the work (and stall badly when the cores are busy with something else).
+constexpr int64_t kParallelWork = int64_t{1} << 20;
 int slot(int64_t step) { return static_cast<int>(((step % kRing) + kRing) % kRing); }
 }  // namespace
 
@@ -69,7 +72,8 @@ void CpuEngine::forward(int cur) {
     const Topology& T = topo_;
     const int64_t H = T.hidden;
     const bool poly = cfg_.polynomial;
-#pragma omp parallel for schedule(dynamic, 1)
+    const bool parallel = T.n_weights * cfg_.n_seq >= kParallelWork;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
     for (int64_t u = 0; u < T.n_units; ++u) {
         const int64_t nin = T.inputs(u), K = T.hidden_len(u), M = T.outputs(u);
         const float* W0 = weights_.data() + T.w0_off[u];
@@ -114,7 +118,8 @@ void CpuEngine::learn(int cur, int old) {
     }
     if (measure) ++metric_steps_;
 
-#pragma omp parallel for schedule(dynamic, 1)
+    const bool parallel = T.n_weights * n >= kParallelWork;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
     for (int64_t u = 0; u < T.n_units; ++u) {
         const float lr = unit_lr_[u], mu = unit_mu_[u];
         const int64_t nin = T.inputs(u), K = T.hidden_len(u), M = T.outputs(u);
