@@ -12,8 +12,27 @@ namespace pvm {
 
 namespace {
 
+constexpr int64_t kFusedSeqs = 4;  // up to this many sequences, one fused pass per weight row
+
 int blocks_for(int64_t n, int threads = kernels::kThreads) {
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 1 << 20)));
+}
+
+// The tiles of the many-sequence matrix products (see step_kernels.cuh): every unit's rows in blocks
+// of kTile, and for the update also its columns. rows(u) and cols(u) give the unit's matrix shape.
+template <class Rows, class Cols>
+std::vector<int32_t> unit_tiles(int64_t n_units, Rows rows, Cols cols, bool with_columns) {
+    std::vector<int32_t> tiles;
+    for (int64_t u = 0; u < n_units; ++u)
+        for (int64_t r = 0; r < rows(u); r += kernels::kTile) {
+            if (!with_columns) {
+                tiles.insert(tiles.end(), {static_cast<int32_t>(u), static_cast<int32_t>(r)});
+                continue;
+            }
+            for (int64_t c = 0; c < cols(u); c += kernels::kTile)
+                tiles.insert(tiles.end(), {static_cast<int32_t>(u), static_cast<int32_t>(r), static_cast<int32_t>(c)});
+        }
+    return tiles;
 }
 
 // First unit id of every layer, plus n_units (units are numbered layer by layer).
@@ -59,6 +78,16 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     x_kind_ = DeviceBuffer<int8_t>(t.x_kind);
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
+    if (n > kFusedSeqs) {
+        auto h_rows = [&](int64_t) { return t.hidden; };
+        auto x_cols = [&](int64_t u) { return t.inputs(u); };
+        auto y_rows = [&](int64_t u) { return t.outputs(u); };
+        auto h_cols = [&](int64_t u) { return t.hidden_len(u); };
+        forward_tiles_w0_ = DeviceBuffer<int32_t>(unit_tiles(t.n_units, h_rows, x_cols, false));
+        forward_tiles_w1_ = DeviceBuffer<int32_t>(unit_tiles(t.n_units, y_rows, h_cols, false));
+        update_tiles_w0_ = DeviceBuffer<int32_t>(unit_tiles(t.n_units, h_rows, x_cols, true));
+        update_tiles_w1_ = DeviceBuffer<int32_t>(unit_tiles(t.n_units, y_rows, h_cols, true));
+    }
 
     weights_ = DeviceBuffer<float>(t.n_weights);
     velocity_ = DeviceBuffer<float>(t.n_weights);
@@ -168,7 +197,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     a.step = step_.data();
 
     using namespace kernels;
-    constexpr int kSeqs = 4;
+    constexpr int kSeqs = static_cast<int>(kFusedSeqs);
     const int T = kThreads;
     const unsigned seqs = static_cast<unsigned>(n);
     assemble_inputs<Pixel><<<dim3(blocks_for(t.x_total), seqs), T, 0, stream_>>>(a, d_frames);
@@ -183,23 +212,41 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     accumulate_metrics<<<1, 64, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     mark("deltas");
-    if (n == 1) {
-        weight_pass_single<RowW0, kWarp><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
+    if (n > kFusedSeqs) {  // many sequences: tiled matrix products, forward first (old weights), then updates
+        const unsigned seq_tiles = static_cast<unsigned>((n + kTile - 1) / kTile);
+        gemm_forward<UnitW0><<<dim3(static_cast<unsigned>(forward_tiles_w0_.size() / 2), seq_tiles), T, 0, stream_>>>(
+            a, forward_tiles_w0_.data());
+        PVM_CUDA_CHECK_LAUNCH();
+        mark("w0 forward");
+        gemm_forward<UnitW1><<<dim3(static_cast<unsigned>(forward_tiles_w1_.size() / 2), seq_tiles), T, 0, stream_>>>(
+            a, forward_tiles_w1_.data());
+        PVM_CUDA_CHECK_LAUNCH();
+        mark("w1 forward");
+        gemm_update<UnitW0><<<static_cast<unsigned>(update_tiles_w0_.size() / 3), T, 0, stream_>>>(a, update_tiles_w0_.data());
+        PVM_CUDA_CHECK_LAUNCH();
+        mark("w0 update");
+        gemm_update<UnitW1><<<static_cast<unsigned>(update_tiles_w1_.size() / 3), T, 0, stream_>>>(a, update_tiles_w1_.data());
+        PVM_CUDA_CHECK_LAUNCH();
+        mark("w1 update");
     } else {
-        weight_pass<RowW0, kSeqs><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
+        if (n == 1) {
+            weight_pass_single<RowW0, kWarp><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
+        } else {
+            weight_pass<RowW0, kSeqs><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
+        }
+        PVM_CUDA_CHECK_LAUNCH();
+        mark("w0 forward+update");
+        const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
+        if (n == 1 && long_w1_rows) {
+            weight_pass_single<RowW1, kWarp><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
+        } else if (n == 1) {
+            weight_pass_single<RowW1, 8><<<blocks_for(t.y_total * 8), T, 0, stream_>>>(a);
+        } else {
+            weight_pass<RowW1, kSeqs><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
+        }
+        PVM_CUDA_CHECK_LAUNCH();
+        mark("w1 forward+update");
     }
-    PVM_CUDA_CHECK_LAUNCH();
-    mark("w0 forward+update");
-    const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
-    if (n == 1 && long_w1_rows) {
-        weight_pass_single<RowW1, kWarp><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
-    } else if (n == 1) {
-        weight_pass_single<RowW1, 8><<<blocks_for(t.y_total * 8), T, 0, stream_>>>(a);
-    } else {
-        weight_pass<RowW1, kSeqs><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
-    }
-    PVM_CUDA_CHECK_LAUNCH();
-    mark("w1 forward+update");
     advance_step<<<1, 1, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
 }

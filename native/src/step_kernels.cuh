@@ -357,6 +357,147 @@ __global__ void spin(int64_t cycles) {  // keeps the GPU busy while the host enq
     }
 }
 
+// ----------------------------------------------------------------------------------------------
+// Many sequences (n_seq > kFusedSeqs): per-unit products as tiled matrix products. Deterministic:
+// each output is summed by one thread in a fixed order (fused multiply-adds; no atomics).
+//   forward: out[q, r] = phi(sum_i W[r, i] x[q, i])            one block per (unit, 64 rows, 64 sequences)
+//   update:  g[r, i] = mean_q lr*delta[q, r] x_old[q, i];  V = fma(mu, V, g); W += V
+//                                                               one block per (unit, 64 rows, 64 columns)
+// The host lists the tiles (unit, first row[, first column]) once; blockIdx.x indexes that list.
+
+struct UnitW0 {  // rows k < H of W0; inputs x
+    __device__ static int64_t rows(const StepArgs& a, int64_t) { return a.hidden; }
+    __device__ static int64_t length(const StepArgs& a, int64_t u) { return a.x_off[u + 1] - a.x_off[u]; }
+    __device__ static int64_t weight_base(const StepArgs& a, int64_t u) { return a.w0_off[u]; }
+    __device__ static const float* input(const StepArgs& a, int slot, int64_t q, int64_t u) {
+        return a.x + (slot * a.n_seq + q) * a.x_total + a.x_off[u];
+    }
+    __device__ static float lr_delta(const StepArgs& a, int64_t q, int64_t row, int64_t u) {
+        return a.lr_delta_hidden[q * a.h_total + a.h_off[u] + row];
+    }
+    __device__ static float* output(const StepArgs& a, int slot, int64_t q, int64_t row, int64_t u) {
+        return a.h + (slot * a.n_seq + q) * a.h_total + a.h_off[u] + row;
+    }
+};
+
+struct UnitW1 {  // rows j < M of W1; inputs h
+    __device__ static int64_t rows(const StepArgs& a, int64_t u) { return a.y_off[u + 1] - a.y_off[u]; }
+    __device__ static int64_t length(const StepArgs& a, int64_t u) { return a.h_off[u + 1] - a.h_off[u]; }
+    __device__ static int64_t weight_base(const StepArgs& a, int64_t u) { return a.w1_off[u]; }
+    __device__ static const float* input(const StepArgs& a, int slot, int64_t q, int64_t u) {
+        return a.h + (slot * a.n_seq + q) * a.h_total + a.h_off[u];
+    }
+    __device__ static float lr_delta(const StepArgs& a, int64_t q, int64_t row, int64_t u) {
+        return __fmul_rn(a.unit_lr[u], a.delta_out[q * a.y_total + a.y_off[u] + row]);
+    }
+    __device__ static float* output(const StepArgs& a, int slot, int64_t q, int64_t row, int64_t u) {
+        return a.y + (slot * a.n_seq + q) * a.y_total + a.y_off[u] + row;
+    }
+};
+
+constexpr int kTile = 64, kDepth = 16, kMicro = 4;  // 64×64 outputs per block, 16 deep, 4×4 per thread
+static_assert(kTile / kMicro * kTile / kMicro == kThreads, "one micro-tile per thread");
+
+template <class Unit>
+__global__ void __launch_bounds__(kThreads) gemm_forward(StepArgs a, const int32_t* __restrict__ tiles) {
+    __shared__ float Ws[kDepth][kTile + 1];
+    __shared__ float Xs[kDepth][kTile + 1];
+    const int64_t u = tiles[2 * blockIdx.x], row0 = tiles[2 * blockIdx.x + 1], q0 = int64_t{blockIdx.y} * kTile;
+    const int cur = ring_slot(*a.step);
+    const int64_t R = Unit::rows(a, u), L = Unit::length(a, u);
+    const float* __restrict__ W = a.weights + Unit::weight_base(a, u);
+    const int tx = threadIdx.x % (kTile / kMicro), ty = threadIdx.x / (kTile / kMicro);
+    float acc[kMicro][kMicro] = {};
+    for (int64_t i0 = 0; i0 < L; i0 += kDepth) {
+        for (int e = threadIdx.x; e < kTile * kDepth; e += kThreads) {
+            const int r = e / kDepth, ii = e % kDepth;
+            const int64_t row = row0 + r, i = i0 + ii, q = q0 + r;
+            Ws[ii][r] = (row < R && i < L) ? W[row * L + i] : 0.0f;
+            Xs[ii][r] = (q < a.n_seq && i < L) ? Unit::input(a, cur, q, u)[i] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int ii = 0; ii < kDepth; ++ii) {
+            float w[kMicro], x[kMicro];
+#pragma unroll
+            for (int m = 0; m < kMicro; ++m) {
+                w[m] = Ws[ii][ty + m * (kTile / kMicro)];
+                x[m] = Xs[ii][tx + m * (kTile / kMicro)];
+            }
+#pragma unroll
+            for (int m = 0; m < kMicro; ++m)
+#pragma unroll
+                for (int p = 0; p < kMicro; ++p) acc[m][p] = __fmaf_rn(w[m], x[p], acc[m][p]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int m = 0; m < kMicro; ++m)
+#pragma unroll
+        for (int p = 0; p < kMicro; ++p) {
+            const int64_t row = row0 + ty + m * (kTile / kMicro), q = q0 + tx + p * (kTile / kMicro);
+            if (row < R && q < a.n_seq) *Unit::output(a, cur, q, row, u) = activation(acc[m][p], a.polynomial);
+        }
+}
+
+template <class Unit>
+__global__ void __launch_bounds__(kThreads) gemm_update(StepArgs a, const int32_t* __restrict__ tiles) {
+    __shared__ float Ls[kDepth][kTile + 1];
+    __shared__ float Xs[kDepth][kTile + 1];
+    const int64_t u = tiles[3 * blockIdx.x], row0 = tiles[3 * blockIdx.x + 1], col0 = tiles[3 * blockIdx.x + 2];
+    const int old = ring_slot(*a.step - 2);
+    const int64_t R = Unit::rows(a, u), L = Unit::length(a, u);
+    float* __restrict__ W = a.weights + Unit::weight_base(a, u);
+    float* __restrict__ V = a.velocity + Unit::weight_base(a, u);
+    const float lr = a.unit_lr[u], mu = a.unit_mu[u];
+    const int tx = threadIdx.x % (kTile / kMicro), ty = threadIdx.x / (kTile / kMicro);
+    if (lr == 0.0f && mu == 0.0f) {  // a unit not yet enabled: its update is zero
+        for (int m = 0; m < kMicro; ++m)
+            for (int p = 0; p < kMicro; ++p) {
+                const int64_t row = row0 + ty + m * (kTile / kMicro), col = col0 + tx + p * (kTile / kMicro);
+                if (row < R && col < L && V[row * L + col] != 0.0f) V[row * L + col] = 0.0f;
+            }
+        return;
+    }
+    float g[kMicro][kMicro] = {};
+    for (int64_t q0 = 0; q0 < a.n_seq; q0 += kDepth) {
+        for (int e = threadIdx.x; e < kTile * kDepth; e += kThreads) {
+            const int qq = e / kTile, c = e % kTile;
+            const int64_t q = q0 + qq, row = row0 + c, col = col0 + c;
+            Ls[qq][c] = (q < a.n_seq && row < R) ? Unit::lr_delta(a, q, row, u) : 0.0f;
+            Xs[qq][c] = (q < a.n_seq && col < L) ? Unit::input(a, old, q, u)[col] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int qq = 0; qq < kDepth; ++qq) {
+            float l[kMicro], x[kMicro];
+#pragma unroll
+            for (int m = 0; m < kMicro; ++m) {
+                l[m] = Ls[qq][ty + m * (kTile / kMicro)];
+                x[m] = Xs[qq][tx + m * (kTile / kMicro)];
+            }
+#pragma unroll
+            for (int m = 0; m < kMicro; ++m)
+#pragma unroll
+                for (int p = 0; p < kMicro; ++p) g[m][p] = __fmaf_rn(l[m], x[p], g[m][p]);
+        }
+        __syncthreads();
+    }
+    const float n = static_cast<float>(a.n_seq);
+#pragma unroll
+    for (int m = 0; m < kMicro; ++m)
+#pragma unroll
+        for (int p = 0; p < kMicro; ++p) {
+            const int64_t row = row0 + ty + m * (kTile / kMicro), col = col0 + tx + p * (kTile / kMicro);
+            if (row < R && col < L) {
+                const int64_t idx = row * L + col;
+                const float v = __fmaf_rn(mu, V[idx], __fdiv_rn(g[m][p], n));
+                W[idx] = __fadd_rn(W[idx], v);
+                V[idx] = v;
+            }
+        }
+}
+
 __global__ void fill(float* p, int64_t n, float value) {
     for (int64_t i = global_thread(); i < n; i += grid_threads()) p[i] = value;
 }

@@ -56,6 +56,8 @@ private:
     DeviceBuffer<int8_t> x_kind_;
     DeviceBuffer<int32_t> y_unit_;
     DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
+    // Tiles of the many-sequence products: (unit, row0) for the forward, (unit, row0, col0) for the update.
+    DeviceBuffer<int32_t> forward_tiles_w0_, forward_tiles_w1_, update_tiles_w0_, update_tiles_w1_;
 
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
