@@ -207,7 +207,15 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     mark("gather");
     output_deltas<<<dim3(blocks_for(t.y_total), seqs), T, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
-    hidden_deltas<<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
+    if (n > kFusedSeqs) {
+        unit_errors<<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
+        PVM_CUDA_CHECK_LAUNCH();
+        const dim3 grid(static_cast<unsigned>(t.n_units), static_cast<unsigned>((n + kTile - 1) / kTile),
+                        static_cast<unsigned>((t.hidden + kTile - 1) / kTile));
+        gemm_hidden_deltas<<<grid, T, 0, stream_>>>(a);
+    } else {
+        hidden_deltas<<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
+    }
     PVM_CUDA_CHECK_LAUNCH();
     accumulate_metrics<<<1, 64, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();

@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     for (int64_t q = 0; q < a.n_seq; ++q)
         for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
             const double e = a.error[q * a.y_total + a.y_off[u] + j];
-            e2[j >= P] += e * e;
+            if (j < P) e2[0] += e * e; else e2[1] += e * e;
         }
     err_part[0][threadIdx.x] = e2[0];
     err_part[1][threadIdx.x] = e2[1];
@@ -494,6 +494,84 @@ __global__ void __launch_bounds__(kThreads) gemm_update(StepArgs a, const int32_
                 const float v = __fmaf_rn(mu, V[idx], __fdiv_rn(g[m][p], n));
                 W[idx] = __fadd_rn(W[idx], v);
                 V[idx] = v;
+            }
+        }
+}
+
+// Many sequences: this unit's squared errors (both halves, every sequence) for the metrics.
+__global__ void __launch_bounds__(kThreads) unit_errors(StepArgs a) {
+    const int64_t u = blockIdx.x, M = a.y_off[u + 1] - a.y_off[u], P = M / 2;
+    double e2[2] = {0.0, 0.0};
+    for (int64_t idx = threadIdx.x; idx < a.n_seq * M; idx += blockDim.x) {
+        const int64_t q = idx / M, j = idx % M;
+        const double e = a.error[q * a.y_total + a.y_off[u] + j];
+        if (j < P) e2[0] += e * e; else e2[1] += e * e;
+    }
+    __shared__ double part[2][kThreads];
+    part[0][threadIdx.x] = e2[0];
+    part[1][threadIdx.x] = e2[1];
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) {
+            part[0][threadIdx.x] += part[0][threadIdx.x + stride];
+            part[1][threadIdx.x] += part[1][threadIdx.x + stride];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        a.unit_error[2 * u] = part[0][0];
+        a.unit_error[2 * u + 1] = part[1][0];
+    }
+}
+
+// Many sequences: eps[q, k] = sum_j delta_out[q, j] W1[j, k] (current W1) as a tiled product, then
+// lr * g(h(s-2)) * eps as hidden_deltas stores it. Block (unit, 64 sequences, 64 hidden columns).
+__global__ void __launch_bounds__(kThreads) gemm_hidden_deltas(StepArgs a) {
+    __shared__ float Ds[kDepth][kTile + 1];  // [j][q]
+    __shared__ float Ws[kDepth][kTile + 1];  // [j][k]
+    const int64_t u = blockIdx.x, q0 = int64_t{blockIdx.y} * kTile, k0 = int64_t{blockIdx.z} * kTile;
+    const int old = ring_slot(*a.step - 2);
+    const int64_t M = a.y_off[u + 1] - a.y_off[u], K = a.h_off[u + 1] - a.h_off[u], H = a.hidden;
+    const float* __restrict__ W1 = a.weights + a.w1_off[u];
+    const int tx = threadIdx.x % (kTile / kMicro), ty = threadIdx.x / (kTile / kMicro);
+    float acc[kMicro][kMicro] = {};
+    for (int64_t j0 = 0; j0 < M; j0 += kDepth) {
+        for (int e = threadIdx.x; e < kTile * kDepth; e += kThreads) {
+            const int c = e / kDepth, jj = e % kDepth;  // consecutive threads: consecutive outputs j of one sequence
+            const int64_t q = q0 + c, j = j0 + jj;
+            Ds[jj][c] = (q < a.n_seq && j < M) ? a.delta_out[q * a.y_total + a.y_off[u] + j] : 0.0f;
+        }
+        for (int e = threadIdx.x; e < kTile * kDepth; e += kThreads) {
+            const int jj = e / kTile, c = e % kTile;  // consecutive threads: consecutive columns k of one row
+            const int64_t j = j0 + jj, k = k0 + c;
+            Ws[jj][c] = (j < M && k < H) ? W1[j * K + k] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int jj = 0; jj < kDepth; ++jj) {
+            float d[kMicro], w[kMicro];
+#pragma unroll
+            for (int m = 0; m < kMicro; ++m) {
+                d[m] = Ds[jj][ty + m * (kTile / kMicro)];
+                w[m] = Ws[jj][tx + m * (kTile / kMicro)];
+            }
+#pragma unroll
+            for (int m = 0; m < kMicro; ++m)
+#pragma unroll
+                for (int p = 0; p < kMicro; ++p) acc[m][p] = __fmaf_rn(d[m], w[p], acc[m][p]);
+        }
+        __syncthreads();
+    }
+    const float lr = a.unit_lr[u];
+#pragma unroll
+    for (int m = 0; m < kMicro; ++m)
+#pragma unroll
+        for (int p = 0; p < kMicro; ++p) {
+            const int64_t q = q0 + ty + m * (kTile / kMicro), k = k0 + tx + p * (kTile / kMicro);
+            if (q < a.n_seq && k < H) {
+                const float ho = a.h[(old * a.n_seq + q) * a.h_total + a.h_off[u] + k];
+                const float dh = delta(ho, acc[m][p], a.polynomial, static_cast<Derivative>(a.derivative));
+                a.lr_delta_hidden[q * a.h_total + a.h_off[u] + k] = __fmul_rn(lr, dh);
             }
         }
 }
