@@ -200,12 +200,12 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     constexpr int kSeqs = static_cast<int>(kFusedSeqs);
     const int T = kThreads;
     const unsigned seqs = static_cast<unsigned>(n);
-    assemble_inputs<Pixel><<<dim3(blocks_for(t.x_total), seqs), T, 0, stream_>>>(a, d_frames);
+    assemble_inputs<Pixel><<<blocks_for(t.x_total), T, 0, stream_>>>(a, d_frames);
     PVM_CUDA_CHECK_LAUNCH();
     assemble_hidden<<<dim3(blocks_for(t.n_units + a.n_raw), seqs), T, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     mark("gather");
-    output_deltas<<<dim3(blocks_for(t.y_total), seqs), T, 0, stream_>>>(a);
+    output_deltas<<<blocks_for(t.y_total), T, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     if (n > kFusedSeqs) {
         unit_errors<<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);

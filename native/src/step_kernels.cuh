@@ -46,22 +46,22 @@ __device__ __forceinline__ int64_t seq_index() { return blockIdx.y; }
 
 template <class Pixel>
 __global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames) {
-    const int64_t s = *a.step, q = seq_index();
+    // One thread per input entry: its source is read once and applied to every sequence.
+    const int64_t s = *a.step;
     const int cur = ring_slot(s), prev = ring_slot(s - 1);
-    const Pixel* frame = frames + q * a.image_size;
-    const float* hp = a.h + (prev * a.n_seq + q) * a.h_total;
-    const float* xp = a.x + (prev * a.n_seq + q) * a.x_total;
-    float* xc = a.x + (cur * a.n_seq + q) * a.x_total;
     for (int64_t i = global_thread(); i < a.x_total; i += grid_threads()) {
         const int64_t src = a.x_src[i];
-        float v;
-        switch (a.x_kind[i]) {
-            case 0: v = compress_pixel(frame[src]); break;
-            case 1: v = kappa(hp[src]); break;
-            case 2: v = xp[src]; break;
-            default: v = 1.0f; break;
+        const int kind = a.x_kind[i];
+        for (int64_t q = 0; q < a.n_seq; ++q) {
+            float v;
+            switch (kind) {
+                case 0: v = compress_pixel(frames[q * a.image_size + src]); break;
+                case 1: v = kappa(a.h[(prev * a.n_seq + q) * a.h_total + src]); break;
+                case 2: v = a.x[(prev * a.n_seq + q) * a.x_total + src]; break;
+                default: v = 1.0f; break;
+            }
+            a.x[(cur * a.n_seq + q) * a.x_total + i] = v;
         }
-        xc[i] = v;
     }
 }
 
@@ -83,15 +83,18 @@ __global__ void assemble_hidden(StepArgs a) {
 
 // e = x(s)[target] - y(s-2); delta_out = g(y(s-2)) * e (after the opt_abs_diff sign quirk, §3.11).
 __global__ void output_deltas(StepArgs a) {
-    const int64_t s = *a.step, q = seq_index();
+    const int64_t s = *a.step;
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     for (int64_t j = global_thread(); j < a.y_total; j += grid_threads()) {
-        const int64_t idx = q * a.y_total + j;
-        const float yo = a.y[(old * a.n_seq + q) * a.y_total + j];
-        float e = a.x[(cur * a.n_seq + q) * a.x_total + a.target_src[j]] - yo;
-        a.error[idx] = e;
-        if (a.opt_abs_diff && j < a.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
-        a.delta_out[idx] = delta(yo, e, a.polynomial, static_cast<Derivative>(a.derivative));
+        const int64_t target = a.target_src[j];
+        for (int64_t q = 0; q < a.n_seq; ++q) {
+            const int64_t idx = q * a.y_total + j;
+            const float yo = a.y[(old * a.n_seq + q) * a.y_total + j];
+            float e = a.x[(cur * a.n_seq + q) * a.x_total + target] - yo;
+            a.error[idx] = e;
+            if (a.opt_abs_diff && j < a.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
+            a.delta_out[idx] = delta(yo, e, a.polynomial, static_cast<Derivative>(a.derivative));
+        }
     }
 }
 
