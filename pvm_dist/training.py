@@ -247,6 +247,17 @@ class _Run:
             step = int(old.stem.split("_")[1])
             if not (cfg.keep_every and step % cfg.keep_every == 0):
                 old.unlink(missing_ok=True)
+        if self.tracker is not None:  # MLflow keeps the latest under one name, replaced each time
+            latest = cfg.run_dir / "tracking-latest" / f"latest{CHECKPOINT_SUFFIX}"
+            latest.parent.mkdir(exist_ok=True)
+            latest.unlink(missing_ok=True)
+            try:
+                latest.hardlink_to(path)
+            except OSError:
+                import shutil
+
+                shutil.copyfile(path, latest)
+            self.tracker.log_artifact(latest, "checkpoints")
         return path
 
 

@@ -47,7 +47,8 @@ def artifacts(uri: str, run_id: str, path: str = "") -> set[str]:
 
 
 def test_train_records_everything_in_mlflow(env, tmp_path):
-    out = run(env, "train", "--steps", "40", "--n-seq", "2", "--run-dir", str(tmp_path / "r"), "--json", *FAST)
+    out = run(env, "train", "--steps", "40", "--n-seq", "2", "--run-dir", str(tmp_path / "r"), "--json",
+              "--checkpoint-every", "20", *FAST)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     (mlrun,) = runs_of(env["PVM_MLFLOW_URI"])
@@ -63,8 +64,11 @@ def test_train_records_everything_in_mlflow(env, tmp_path):
     history = mlflow.MlflowClient(tracking_uri=env["PVM_MLFLOW_URI"]).get_metric_history(mlrun.info.run_id, "ratio_two_step")
     assert [m.step for m in history] == [10, 20, 30, 40]
     files = artifacts(env["PVM_MLFLOW_URI"], mlrun.info.run_id)
-    assert {"spec.json", "pictures/step_000000020.png", "pictures/step_000000040.png",
+    assert {"spec.json", "pictures/step_000000020.png", "pictures/step_000000040.png", "checkpoints/latest.pvmckpt",
             "checkpoints/step_000000040.pvmckpt", "prediction.gif"} <= files
+    latest = mlflow.MlflowClient(tracking_uri=env["PVM_MLFLOW_URI"]).download_artifacts(
+        mlrun.info.run_id, "checkpoints/latest.pvmckpt", str(tmp_path / "dl"))
+    assert checkpoint.load(latest).step == 40  # replaced at 20, then by the final checkpoint
     assert summary["picture"].endswith("step_000000040.png") and summary["animation"].endswith("prediction.gif")
 
 
