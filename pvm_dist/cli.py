@@ -189,6 +189,13 @@ def doctor(as_json: Annotated[bool, typer.Option("--json", help="Print one JSON 
             typer.echo(f"{key:<24} {value}")
 
 
+def _check_backend(backend: str) -> None:
+    from pvm_dist.engine import BACKENDS
+
+    if backend not in BACKENDS:
+        raise UserError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+
+
 def _parse_overrides(pairs: list[str]) -> dict[str, str]:
     out = {}
     for pair in pairs:
@@ -233,13 +240,11 @@ def train(
     """
     import time as _time
 
-    from pvm_dist.engine import BACKENDS
     from pvm_dist.spec import load_spec
     from pvm_dist.training import TrainConfig, config_from_checkpoint
     from pvm_dist.training import train as run_training
 
-    if backend not in BACKENDS:
-        raise UserError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    _check_backend(backend)
     ck = None
     if resume is not None:
         cfg, ck = config_from_checkpoint(resume, steps, run_dir)
@@ -330,11 +335,9 @@ def bench(
 ) -> None:
     """Steps/s and frames/s next to the memory floor (pvm-algorithm.md §7), with a per-phase breakdown."""
     from pvm_dist.bench import as_row, run_bench
-    from pvm_dist.engine import BACKENDS
     from pvm_dist.spec import load_spec
 
-    if backend not in BACKENDS:
-        raise UserError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    _check_backend(backend)
     try:
         batch_sizes = [int(v) for v in _split_list(n_seqs)]
     except ValueError:
@@ -447,6 +450,7 @@ def evaluate_checkpoint(
     from pvm_dist.data import DataError
     from pvm_dist.evaluate import evaluate
 
+    _check_backend(backend)
     try:
         result = evaluate(checkpoint_file, data, steps=steps, n_seq=n_seq, data_path=data_path, backend=backend,
                           device=device, seed=seed)

@@ -215,15 +215,16 @@ class _Run:
         s = self.engine.step_index
         # The last step (s−1) predicted frame s+1 two steps ahead: show that frame beside it.
         frame = self.source.frames(s + 1)[0]
+        hidden = self.engine.hidden()  # one read: on the native engine it copies the ring off the device
         heatmap, box = None, None
         if self.readout is not None:
             from pvm_dist.readout import decode
 
-            heatmap = decode(self.readout.forward(self.engine.hidden()))[0]
+            heatmap = decode(self.readout.forward(hidden))[0]
             boxes = self.source.boxes(max(s - 1, 0))
             box = None if boxes is None else tuple(int(v) for v in boxes[0])
         caption = {"step": s, "spec": self.cfg.spec.name, "backend": self.engine.backend}
-        image = picture_grid(frame, self._predicted_frame(), self.engine.topo, self.engine.hidden()[0],
+        image = picture_grid(frame, self._predicted_frame(), self.engine.topo, hidden[0],
                              heatmap=heatmap, label_box=box, caption=caption)
         path = self.cfg.run_dir / "pictures" / f"{tag}.png"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,21 @@ class EngineBase:
     def step_index(self) -> int:  # pragma: no cover
         raise NotImplementedError
 
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shapes of the state arrays every backend reads and writes (the layout of architecture.md §2)."""
+        T, n = self.topo, self.n_seq
+        return {"weights": (T.n_weights,), "momentum": (T.n_weights,), "unit_learning_rate": (T.n_units,),
+                "unit_momentum": (T.n_units,), "x_ring": (RING, n, T.x_total), "h_ring": (RING, n, T.h_total),
+                "y_ring": (RING, n, T.y_total)}
+
+    def _check_state(self, state: dict[str, Any]) -> None:
+        """Raise ValueError unless ``state`` has every array of :meth:`state_shapes`, shaped for this engine."""
+        for key, shape in self.state_shapes().items():
+            if key not in state:
+                raise ValueError(f"engine state lacks '{key}'")
+            if np.shape(state[key]) != shape:
+                raise ValueError(f"engine state '{key}' has shape {np.shape(state[key])}, this engine needs {shape}")
+
     def _check_frames(self, frames: np.ndarray) -> np.ndarray:
         frames = np.asarray(frames)
         want = (self.n_seq, *self.spec.image_shape)

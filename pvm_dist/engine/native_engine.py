@@ -48,11 +48,6 @@ class NativeEngine(EngineBase):
             derivative=DERIVATIVE_MODES.index(spec["derivative"]), opt_abs_diff=bool(spec["opt_abs_diff"]),
             n_seq=n_seq, device=self.device)
         self._engine.write("weights", initial_weights(self.topo.n_weights, seed))
-        self._ring_shapes = {
-            "x_ring": (RING, n_seq, self.topo.x_total),
-            "h_ring": (RING, n_seq, self.topo.h_total),
-            "y_ring": (RING, n_seq, self.topo.y_total),
-        }
 
     @property
     def step_index(self) -> int:
@@ -74,21 +69,15 @@ class NativeEngine(EngineBase):
         out: dict[str, Any] = {"step": self.step_index, "n_seq": int(self.n_seq), "seed": int(self.seed),
                                "weights": self._engine.read("weights"), "momentum": self._engine.read("momentum"),
                                "unit_learning_rate": self.unit_lr.copy(), "unit_momentum": self.unit_momentum.copy()}
+        shapes = self.state_shapes()
         for name in RING_BUFFERS:
-            out[name] = self._engine.read(name).reshape(self._ring_shapes[name])
+            out[name] = self._engine.read(name).reshape(shapes[name])
         return out
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore a state written by any backend (shapes are checked)."""
-        expected = {"weights": (self.topo.n_weights,), "momentum": (self.topo.n_weights,),
-                    "unit_learning_rate": (self.topo.n_units,), "unit_momentum": (self.topo.n_units,),
-                    **self._ring_shapes}
-        for key, shape in expected.items():
-            if key not in state:
-                raise ValueError(f"engine state lacks '{key}'")
-            if np.shape(state[key]) != shape:
-                raise ValueError(f"engine state '{key}' has shape {np.shape(state[key])}, this engine needs {shape}")
-        for key in expected:
+        self._check_state(state)
+        for key in self.state_shapes():
             self._engine.write(key, np.ascontiguousarray(state[key], np.float32).ravel())
         self.unit_lr = np.array(state["unit_learning_rate"], np.float32)
         self.unit_momentum = np.array(state["unit_momentum"], np.float32)
@@ -103,12 +92,12 @@ class NativeEngine(EngineBase):
 
     def hidden(self) -> np.ndarray:
         """Hidden activations [n_seq, ΣH] of the last step."""
-        h = self._engine.read("h_ring").reshape(self._ring_shapes["h_ring"])
+        h = self._engine.read("h_ring").reshape(self.state_shapes()["h_ring"])
         return h[(self.step_index - 1) % RING][:, self.topo.h_act]
 
     def prediction(self) -> np.ndarray:
         """Outputs [n_seq, ΣM] of the last step's forward pass."""
-        y = self._engine.read("y_ring").reshape(self._ring_shapes["y_ring"])
+        y = self._engine.read("y_ring").reshape(self.state_shapes()["y_ring"])
         return y[(self.step_index - 1) % RING].copy()
 
     @property

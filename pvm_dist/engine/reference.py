@@ -74,21 +74,7 @@ class ReferenceEngine(EngineBase):
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state` (checked against this engine's sizes)."""
-        expected = {
-            "weights": self.weights.shape,
-            "momentum": self.velocity.shape,
-            "unit_learning_rate": self.unit_lr.shape,
-            "unit_momentum": self.unit_momentum.shape,
-            "x_ring": self.x.shape,
-            "h_ring": self.h.shape,
-            "y_ring": self.y.shape,
-        }
-        for key, shape in expected.items():
-            if key not in state:
-                raise ValueError(f"engine state lacks '{key}'")
-            arr = np.asarray(state[key])
-            if arr.shape != shape:
-                raise ValueError(f"engine state '{key}' has shape {arr.shape}, this engine needs {shape}")
+        self._check_state(state)
         self.weights = np.array(state["weights"], F32)
         self.velocity = np.array(state["momentum"], F32)
         self.unit_lr = np.array(state["unit_learning_rate"], F32)
@@ -106,10 +92,9 @@ class ReferenceEngine(EngineBase):
         self._reset_metrics()
         return out
 
-    def hidden(self, slot_step: int | None = None) -> np.ndarray:
+    def hidden(self) -> np.ndarray:
         """Hidden activations [n_seq, ΣH] of the last step (for pictures and readouts)."""
-        s = self.step_count - 1 if slot_step is None else slot_step
-        return self.h[s % RING][:, self.topo.h_act].copy()
+        return self.h[(self.step_count - 1) % RING][:, self.topo.h_act].copy()
 
     def prediction(self) -> np.ndarray:
         """Outputs [n_seq, ΣM] of the last step's forward pass (first half of each: frame s+2)."""
