@@ -27,6 +27,15 @@ app = typer.Typer(
 
 _debug = False
 
+
+def _mount_sweep_commands() -> None:
+    from pvm_dist.dist.commands import sweep_app
+
+    app.add_typer(sweep_app, name="sweep")
+
+
+_mount_sweep_commands()
+
 #: What ``pvm-dist info`` assumes when no bandwidth is given: an H200's measured device copy.
 DEFAULT_BANDWIDTH_TBS = 4.3
 
@@ -38,9 +47,12 @@ class UserError(Exception):
 def _user_errors() -> tuple[type[BaseException], ...]:
     from pvm_dist.checkpoint import CheckpointError
     from pvm_dist.data import DataError
+    from pvm_dist.dist.driver import SweepRunError
+    from pvm_dist.dist.sweep_spec import SweepError
     from pvm_dist.spec import SpecError
 
-    return (UserError, SpecError, CheckpointError, DataError, FileNotFoundError, PermissionError, IsADirectoryError)
+    return (UserError, SpecError, CheckpointError, DataError, SweepError, SweepRunError, FileNotFoundError,
+            PermissionError, IsADirectoryError)
 
 
 def _print_json(obj: Any) -> None:
@@ -140,12 +152,18 @@ def validate(
     files: Annotated[list[str], typer.Argument(help="Spec files (or model-zoo names) to check.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per file.")] = False,
 ) -> None:
-    """Check spec files; print what each defines and which keys it ignores. Exits 2 on the first invalid one."""
+    """Check spec files (JSON) or sweep files (YAML: prints the trial plan). Exits 2 on the first invalid one."""
     from pvm_dist.spec import load_spec
     from pvm_dist.topology import build_topology
 
     results = []
     for f in files:
+        if f.endswith((".yaml", ".yml")):
+            from pvm_dist.dist.commands import print_plan
+            from pvm_dist.dist.sweep_spec import load_sweep
+
+            print_plan(load_sweep(f), as_json)
+            continue
         s = load_spec(f)
         topo = build_topology(s)
         results.append(
@@ -159,7 +177,7 @@ def validate(
                 "unknown_keys": list(s.unknown_keys),
             }
         )
-    if as_json:
+    if as_json and results:
         _print_json(results if len(results) > 1 else results[0])
         return
     for r in results:

@@ -54,6 +54,8 @@ def load_runs(uri: str, experiment: str, include_nested: bool = True) -> list[Ru
         tags = run.data.tags
         if not include_nested and "mlflow.parentRunId" in tags:
             continue
+        if tags.get("pvm_dist.role") == "sweep":  # a sweep's parent run: its trials are the rows
+            continue
         rows.append(RunRow(run.info.run_id, run.info.run_name or run.info.run_id[:8], run.info.status,
                            dict(run.data.params), dict(run.data.metrics), run.info.start_time))
     return rows

@@ -76,6 +76,7 @@ _PERMANENT_CODES = frozenset({"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "MALFORM
 _BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
 _FILE_LOCKS: dict[str, threading.Lock] = {}
 _FILE_LOCKS_GUARD = threading.Lock()
+_STORE_LOCKS: dict[str, threading.RLock] = {}
 
 
 class TrackingWarning(UserWarning):
@@ -235,6 +236,13 @@ def _file_lock(path: Path) -> threading.Lock:
         return _FILE_LOCKS.setdefault(str(path), threading.Lock())
 
 
+def _store_lock(uri: str) -> threading.RLock:
+    """One lock per tracking store: the trackers of one process (a sweep driver holds one per trial)
+    talk to a store one at a time, so a SQLite file sees a single writer."""
+    with _FILE_LOCKS_GUARD:
+        return _STORE_LOCKS.setdefault(uri, threading.RLock())
+
+
 def _is_permanent(exc: BaseException) -> bool:
     return getattr(exc, "error_code", None) in _PERMANENT_CODES
 
@@ -327,7 +335,8 @@ class Tracker:
         if tags and run_id:  # resuming: the run exists already, tags are logged like later ones
             self._tags.update(self._create_tags)
 
-        self._cycle(force=True)  # connect (and create the run) now, so run_id is known when the tracker is up
+        with _store_lock(self.uri):
+            self._cycle(force=True)  # connect (and create the run) now, so run_id is known when the tracker is up
         self._thread = threading.Thread(target=self._loop, name=f"pvm-tracking-{self.session}", daemon=True)
         self._thread.start()
         ref = weakref.ref(self)
@@ -657,9 +666,10 @@ class Tracker:
                 closing = self._closing
                 ticket = self._flush_requested
             try:
-                self._cycle(force=force or closing)
-                if closing:
-                    self._finish()
+                with _store_lock(self.uri):
+                    self._cycle(force=force or closing)
+                    if closing:
+                        self._finish()
             except Exception:  # noqa: BLE001 - the worker must never die
                 log.exception("tracking: internal error in the tracking thread")
             with self._cv:
