@@ -223,9 +223,11 @@ class Driver:
         return self._outcome()
 
     def _busy(self) -> bool:
+        # A trial whose start call is under way is on a worker but not live yet: it counts.
+        assigned = any(w.trial is not None and not w.dead for w in self.workers)
         if self.stop_reason is not None or self.interrupted:
-            return bool(self.live)  # drain: wait for the running trials' final checkpoints
-        return bool(self.queue or self.live)
+            return assigned  # drain: wait for the running trials' final checkpoints
+        return bool(self.queue) or assigned
 
     def _request_stop(self) -> None:
         self.interrupted = True
@@ -331,8 +333,9 @@ class Driver:
         self.state.apply(ev)
         self.live[trial.trial_id] = _Live(trial, w, tracker, result["step"], result["step"])
         self.first_start = self.first_start or time.perf_counter()
-        for _ in range(PIPELINE_DEPTH):
-            self._submit_chunk(self.live[trial.trial_id])
+        if not (self.interrupted or self.stop_reason):  # stopping: _assign asks for its state instead
+            for _ in range(PIPELINE_DEPTH):
+                self._submit_chunk(self.live[trial.trial_id])
 
     def _trial_params(self, trial: Trial, backend: str) -> dict[str, Any]:
         from pvm_dist.spec import load_spec
