@@ -322,7 +322,11 @@ def train(
 
 def _train_with_progress(cfg: Any, ck: Any, show: bool, run: Any) -> Any:
     if not show:
-        return run(cfg, ck)
+        # Keep stdout for the JSON summary: MLflow prints "View run ..." lines there for HTTP trackers.
+        import contextlib
+
+        with contextlib.redirect_stdout(sys.stderr):
+            return run(cfg, ck)
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("step {task.completed:,.0f}/{task.total:,.0f}"),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -144,7 +146,9 @@ def status(
 
 def _with_live_table(start: Any, opts: Any, show: bool) -> Any:
     if not show:
-        return start()
+        # Keep stdout for the JSON outcome: MLflow prints "View run ..." lines there for HTTP trackers.
+        with contextlib.redirect_stdout(sys.stderr):
+            return start()
     from rich.live import Live
 
     from pvm_dist.dist import progress
