@@ -26,6 +26,7 @@ python3 -P -m pytest -q -m gpu -p no:cacheprovider -s tests/test_native_engine.p
 
 echo "== benchmark"
 pvm-dist bench --spec small,med,LARGE --n-seq 1 --steps "$STEPS" --json > "$OUT_DIR/bench_nseq1.json" || exit 1
+pvm-dist bench --spec small,med,LARGE --n-seq 1 --steps "$STEPS" --frames device --json > "$OUT_DIR/bench_nseq1_device.json" || exit 1
 if [ "$BATCHES" != "none" ]; then
     pvm-dist bench --spec small,med,LARGE --n-seq "$BATCHES" --steps 20 --warmup 5 --json > "$OUT_DIR/bench_batch.json" || exit 1
 fi

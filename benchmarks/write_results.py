@@ -12,7 +12,7 @@ from pathlib import Path
 
 def main(out_dir: str) -> None:
     out = Path(out_dir)
-    rows = [r for f in ("bench_nseq1.json", "bench_batch.json") if (out / f).exists() for r in json.loads((out / f).read_text())]
+    rows = [r for f in ("bench_nseq1.json", "bench_nseq1_device.json", "bench_batch.json") if (out / f).exists() for r in json.loads((out / f).read_text())]
     gpu = (out / "gpu.txt").read_text().strip() if (out / "gpu.txt").exists() else "unknown GPU"
     commit = os.environ.get("PVM_COMMIT", "")
     if not commit:
@@ -28,11 +28,11 @@ def main(out_dir: str) -> None:
         print(f"- measured copy bandwidth: {rows[0]['bandwidth_gb_per_s']:,.0f} GB/s (read + write)")
     if tests:
         print(f"- GPU tests: {tests[-1]}")
-    print("\n| spec | n_seq | steps/s | frames/s | GB/s | GFLOP/s | floor steps/s | ratio | bound | phases (µs) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| spec | frames | n_seq | steps/s | frames/s | GB/s | GFLOP/s | floor steps/s | ratio | bound | phases (µs) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         phases = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in r.get("phases_ms", {}).items())
-        print(f"| {r['spec']} | {r['n_seq']} | {r['steps_per_s']:,.1f} | {r['frames_per_s']:,.0f} | {r['achieved_gb_per_s']:,.0f} | "
+        print(f"| {r['spec']} | {r.get('frames', 'host')} | {r['n_seq']} | {r['steps_per_s']:,.1f} | {r['frames_per_s']:,.0f} | {r['achieved_gb_per_s']:,.0f} | "
               f"{r['achieved_gflop_per_s']:,.0f} | {r['floor_steps_per_s']:,.0f} | {r['ratio_to_floor']:.1%} | {r['bound']} | {phases} |")
 
 

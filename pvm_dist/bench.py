@@ -38,6 +38,7 @@ class BenchResult:
     ratio_to_floor: float
     bound: str  # "memory" or "compute": which term sets the floor
     phases_ms: dict[str, float]
+    frames: str = "host"  # "host": uploaded every step; "device": a dataset held on the device
 
 
 def _cuda_index(device: str) -> int:
@@ -69,8 +70,14 @@ def fp32_peak(device_name: str) -> float | None:
 
 
 def run_bench(spec: Spec, n_seq: int, backend: str = "auto", device: str | None = None, steps: int = 200,
-              warmup: int = 20, seed: int = 0) -> BenchResult:
-    """Time ``steps`` training steps after ``warmup`` ones, on a pool of random uint8 frames."""
+              warmup: int = 20, seed: int = 0, frames: str = "host") -> BenchResult:
+    """Time ``steps`` training steps after ``warmup`` ones, on a pool of random uint8 frames.
+
+    ``frames="host"`` hands the engine each step's frames from host memory; ``"device"`` gives the pool
+    to the native engine once (:meth:`NativeEngine.set_dataset`) and runs with no per-step host work.
+    """
+    if frames not in ("host", "device"):
+        raise ValueError(f"frames must be 'host' or 'device', got {frames!r}")
     # Layer k starts learning at step k, so after the warm-up every unit trains: the steady state.
     steady = spec.with_overrides({"delay_each_layer_learning": 1})
     engine = build_engine(steady, backend=backend, n_seq=n_seq, seed=seed, device=device)
@@ -78,12 +85,21 @@ def run_bench(spec: Spec, n_seq: int, backend: str = "auto", device: str | None 
     rng = np.random.default_rng(seed)
     pool = rng.integers(0, 256, size=(8, n_seq, *spec.image_shape), dtype=np.uint8)
     sync = getattr(engine, "synchronize", lambda: None)
-    for i in range(warmup):
-        engine.step(pool[i % len(pool)])
-    sync()
-    t0 = time.perf_counter()
-    for i in range(steps):
-        engine.step(pool[i % len(pool)])
+    if frames == "device":
+        if not hasattr(engine, "run_dataset"):
+            raise ValueError("--frames device needs the native engine")
+        engine.set_dataset(pool)
+        engine.run_dataset(warmup)
+        sync()
+        t0 = time.perf_counter()
+        engine.run_dataset(steps)
+    else:
+        for i in range(warmup):
+            engine.step(pool[i % len(pool)])
+        sync()
+        t0 = time.perf_counter()
+        for i in range(steps):
+            engine.step(pool[i % len(pool)])
     sync()
     seconds = time.perf_counter() - t0
     phases = engine.profile_step(pool[0]) if hasattr(engine, "profile_step") else {}
@@ -102,7 +118,7 @@ def run_bench(spec: Spec, n_seq: int, backend: str = "auto", device: str | None 
         steps_per_s=rate, frames_per_s=rate * n_seq, achieved_gb_per_s=rate * bytes_per_step / 1e9,
         achieved_gflop_per_s=rate * flops_per_step / 1e9, bandwidth_gb_per_s=bandwidth / 1e9,
         floor_steps_per_s=floor, ratio_to_floor=rate / floor,
-        bound="compute" if compute_time > memory_time else "memory", phases_ms=phases)
+        bound="compute" if compute_time > memory_time else "memory", phases_ms=phases, frames=frames)
 
 
 def as_row(r: BenchResult) -> dict[str, Any]:

@@ -353,6 +353,7 @@ def bench(
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda or cuda:N (default: a GPU if visible).")] = None,
     steps: Annotated[int, typer.Option("--steps", help="Timed steps per configuration.", min=1)] = 200,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.", min=0)] = 20,
+    frames: Annotated[str, typer.Option("--frames", help="host: frames uploaded every step; device: a dataset held on the GPU (native engine).")] = "host",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of results.")] = False,
 ) -> None:
     """Steps/s and frames/s next to the memory floor (pvm-algorithm.md §7), with a per-phase breakdown."""
@@ -360,6 +361,8 @@ def bench(
     from pvm_dist.spec import load_spec
 
     _check_backend(backend)
+    if frames not in ("host", "device"):
+        raise UserError(f"--frames must be host or device, got {frames!r}")
     try:
         batch_sizes = [int(v) for v in _split_list(n_seqs)]
     except ValueError:
@@ -373,7 +376,8 @@ def bench(
             if not as_json:
                 typer.echo(f"timing {spec.name} n_seq={n} ...", err=True)
             try:
-                results.append(run_bench(spec, n, backend=backend, device=device, steps=steps, warmup=warmup))
+                results.append(run_bench(spec, n, backend=backend, device=device, steps=steps, warmup=warmup,
+                                           frames=frames))
             except (RuntimeError, ValueError, TypeError) as exc:
                 raise UserError(f"{spec.name} n_seq={n}: {exc}") from None
     if as_json:
@@ -387,10 +391,10 @@ def _print_bench(results: list[Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"pvm-dist bench on {results[0].device}" if results else "pvm-dist bench")
-    for col in ("spec", "backend", "n_seq", "steps/s", "frames/s", "GB/s", "GFLOP/s", "floor steps/s", "ratio", "bound"):
+    for col in ("spec", "backend", "frames", "n_seq", "steps/s", "frames/s", "GB/s", "GFLOP/s", "floor steps/s", "ratio", "bound"):
         table.add_column(col, justify="right")
     for r in results:
-        table.add_row(r.spec, r.backend, str(r.n_seq), f"{r.steps_per_s:,.1f}", f"{r.frames_per_s:,.0f}",
+        table.add_row(r.spec, r.backend, r.frames, str(r.n_seq), f"{r.steps_per_s:,.1f}", f"{r.frames_per_s:,.0f}",
                       f"{r.achieved_gb_per_s:,.1f}", f"{r.achieved_gflop_per_s:,.1f}", f"{r.floor_steps_per_s:,.0f}",
                       f"{r.ratio_to_floor:.1%}", r.bound)
     con = Console()

@@ -151,3 +151,67 @@ def test_native_cuda_is_bit_identical(n_seq):
 def test_cuda_out_of_memory_says_how_much():
     with pytest.raises(RuntimeError, match=r"needs about .* GiB on cuda:0.*free"):
         build_engine("LARGE", backend="native", n_seq=100_000, device="cuda")
+
+
+# ---- a dataset held by the engine, and device views ----------------------------------------------
+
+
+def dataset_vs_steps(name: str, n_seq: int, steps: int, device: str, dataset=None):
+    """The same run twice: step by step from the host, and from a dataset the engine holds (crossing
+    every schedule event). Returns both states."""
+    spec = transitions(name, steps)
+    blocks = random_frames(spec, 7, n_seq=n_seq, seed=5)  # fewer blocks than steps: the dataset wraps
+    stepped = build_engine(spec, backend="native", n_seq=n_seq, device=device)
+    for s in range(steps):
+        stepped.step(blocks[s % len(blocks)])
+    held = build_engine(spec, backend="native", n_seq=n_seq, device=device)
+    held.set_dataset(blocks if dataset is None else dataset(blocks), first_step=0)
+    held.run_dataset(steps // 3)
+    held.run_dataset(steps - steps // 3)  # a second call continues where the first stopped
+    assert held.step_index == steps
+    return stepped.state(), held.state()
+
+
+@pytest.mark.parametrize("n_seq", [1, 3])
+def test_dataset_run_equals_stepping_on_the_cpu(n_seq):
+    a, b = dataset_vs_steps("tiny", n_seq, 60, "cpu")
+    for key in (*COMPARED, "unit_learning_rate"):
+        assert np.array_equal(a[key], b[key]), key
+
+
+def test_dataset_checks_its_input():
+    eng = build_engine("tiny", backend="native", n_seq=2, device="cpu")
+    with pytest.raises(RuntimeError, match="set_dataset"):
+        eng.run_dataset(1)
+    with pytest.raises(ValueError, match=r"\[T, 2, 12, 12, 3\]"):
+        eng.set_dataset(np.zeros((4, 1, 12, 12, 3), np.uint8))
+    with pytest.raises(TypeError, match="uint8"):
+        eng.set_dataset(np.zeros((4, 2, 12, 12, 3), np.float32))
+    with pytest.raises(ValueError, match="CUDA engine"):
+        eng.device_view("weights")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,n_seq", [("small", 1), ("small", 4), ("tiny", 64)])
+def test_dataset_on_the_gpu_equals_stepping(name, n_seq):
+    a, b = dataset_vs_steps(name, n_seq, 40, "cuda")
+    for key in COMPARED:
+        assert np.array_equal(a[key], b[key]), key
+
+
+@pytest.mark.gpu
+def test_cupy_dataset_is_used_in_place_and_views_show_device_state():
+    cupy = pytest.importorskip("cupy")
+    a, b = dataset_vs_steps("small", 1, 30, "cuda", dataset=cupy.asarray)
+    for key in COMPARED:
+        assert np.array_equal(a[key], b[key]), key
+    spec = transitions("tiny", 20)
+    eng = build_engine(spec, backend="native", n_seq=2, device="cuda")
+    eng.run(20, iter(random_frames(spec, 20, n_seq=2)))
+    assert np.array_equal(cupy.asnumpy(eng.hidden_view())[:, eng.topo.h_act], eng.hidden())
+    assert np.array_equal(cupy.asnumpy(eng.prediction_view()), eng.prediction())
+    assert np.array_equal(cupy.asnumpy(eng.device_view("weights")), eng.weights)
+    assert eng.error_view().shape == (2, eng.topo.y_total)
+    view = eng.device_view("weights")
+    view[:] = 0  # a view, not a copy: writing it changes the engine
+    assert not eng.weights.any()

@@ -123,5 +123,25 @@ void bind_engine(py::module_& m) {
                 return e.profile_step_u8(frames.data());
             },
             "Train one step (uint8 frames) timing each phase; returns [(phase, milliseconds)].")
+        .def(
+            "set_dataset",
+            [](pvm::Engine& e, const py::array_t<uint8_t, py::array::c_style | py::array::forcecast>& frames,
+               int64_t first_step) {
+                const int64_t block = e.config().n_seq * e.topology().image_size;
+                if (frames.size() == 0 || frames.size() % block != 0)
+                    throw std::invalid_argument("a dataset is [T, n_seq, D, D, C] uint8: a multiple of " +
+                                                std::to_string(block) + " bytes, got " + std::to_string(frames.size()));
+                py::gil_scoped_release release;
+                e.set_dataset_u8(frames.data(), frames.size() / block, first_step);
+            },
+            py::arg("frames"), py::arg("first_step"),
+            "Hold frames [T, n_seq, D, D, C] uint8 (copied to the device once); step s reads block (s - first_step) mod T.")
+        .def("set_dataset_device", &pvm::Engine::set_dataset_device_u8, py::arg("address"), py::arg("n_frames"),
+             py::arg("first_step"), "The same with frames already in this GPU's memory (used in place, not copied).")
+        .def("run_dataset", &pvm::Engine::run_dataset, py::arg("n_steps"), py::call_guard<py::gil_scoped_release>(),
+             "Train n_steps steps on the dataset (no frame crosses from the host; rates unchanged).")
+        .def_property_readonly("dataset_frames", &pvm::Engine::dataset_frames)
+        .def("device_pointer", &pvm::Engine::device_pointer, py::arg("name"),
+             "Device address of a state buffer, or of 'error' (CUDA engines only).")
         .def_static("buffer_names", &pvm::buffer_names);
 }

@@ -130,6 +130,7 @@ CudaEngine::~CudaEngine() {
     if (stream_) cudaStreamSynchronize(stream_);
     delete graph_u8_;
     delete graph_f32_;
+    delete graph_dataset_;
     for (int i = 0; i < 2; ++i) {
         if (pinned_[i]) cudaFreeHost(pinned_[i]);
         if (pinned_free_[i]) cudaEventDestroy(pinned_free_[i]);
@@ -286,6 +287,61 @@ void CudaEngine::step(const Pixel* frames) {
     if (graph == nullptr) graph = new CudaGraph(stream_, [&] { enqueue_step(d_frames, [](const char*) {}); });
     graph->launch(stream_);
     ++host_step_;
+}
+
+void CudaEngine::set_dataset_u8(const uint8_t* host_frames, int64_t n_frames, int64_t first_step) {
+    if (n_frames < 1) throw std::invalid_argument("a dataset needs at least one block of frames");
+    PVM_CUDA_CHECK(cudaSetDevice(device_));
+    PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old dataset may still be read
+    dataset_owned_ = DeviceBuffer<uint8_t>(n_frames * frame_block());
+    PVM_CUDA_CHECK(cudaMemcpy(dataset_owned_.data(), host_frames, static_cast<size_t>(dataset_owned_.size()),
+                              cudaMemcpyHostToDevice));
+    use_dataset(dataset_owned_.data(), n_frames, first_step);
+}
+
+void CudaEngine::set_dataset_device_u8(uintptr_t device_frames, int64_t n_frames, int64_t first_step) {
+    if (n_frames < 1) throw std::invalid_argument("a dataset needs at least one block of frames");
+    cudaPointerAttributes attr{};
+    PVM_CUDA_CHECK(cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(device_frames)));
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+        throw std::invalid_argument("set_dataset_device: the address is not device memory");
+    if (attr.device != device_)
+        throw std::invalid_argument("set_dataset_device: the frames are on GPU " + std::to_string(attr.device) +
+                                    ", the engine on GPU " + std::to_string(device_));
+    PVM_CUDA_CHECK(cudaSetDevice(device_));
+    PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    dataset_owned_ = DeviceBuffer<uint8_t>();
+    use_dataset(reinterpret_cast<const uint8_t*>(device_frames), n_frames, first_step);
+}
+
+void CudaEngine::use_dataset(const uint8_t* frames, int64_t n_frames, int64_t first_step) {
+    dataset_ = frames;
+    dataset_frames_ = n_frames;
+    dataset_first_ = first_step;
+    delete graph_dataset_;  // its copy kernel captured the old address
+    graph_dataset_ = nullptr;
+}
+
+void CudaEngine::run_dataset(int64_t n_steps) {
+    if (dataset_ == nullptr) throw std::logic_error("run_dataset before set_dataset");
+    PVM_CUDA_CHECK(cudaSetDevice(device_));
+    if (graph_dataset_ == nullptr) {
+        graph_dataset_ = new CudaGraph(stream_, [&] {
+            kernels::select_frame<<<blocks_for(frame_block()), kernels::kThreads, 0, stream_>>>(
+                dataset_, dataset_frames_, dataset_first_, step_.data(), frames_u8_.data(), frame_block());
+            PVM_CUDA_CHECK_LAUNCH();
+            enqueue_step(frames_u8_.data(), [](const char*) {});
+        });
+    }
+    for (int64_t i = 0; i < n_steps; ++i) {
+        graph_dataset_->launch(stream_);
+        ++host_step_;
+    }
+}
+
+uintptr_t CudaEngine::device_pointer(const std::string& name) {
+    if (name == "error") return reinterpret_cast<uintptr_t>(error_.data());
+    return reinterpret_cast<uintptr_t>(buffer(name).data());
 }
 
 void CudaEngine::synchronize() {

@@ -180,6 +180,18 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
 
 __global__ void advance_step(StepArgs a) { *a.step += 1; }
 
+// The frames of this step from a device-resident dataset: block (step - first) mod n_frames, read
+// from the step counter on the device so that one captured graph serves every step.
+__global__ void select_frame(const uint8_t* dataset, int64_t n_frames, int64_t first, const int64_t* step,
+                             uint8_t* frames, int64_t block) {
+    int64_t b = (*step - first) % n_frames;
+    if (b < 0) b += n_frames;
+    const uint8_t* src = dataset + b * block;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < block;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        frames[i] = src[i];
+}
+
 // ----------------------------------------------------------------------------------------------
 // The fused weight passes: one warp per weight row reads W and V once, computing the forward dot
 // product of step s with the old W, and the momentum update with the s-2 activations.

@@ -15,6 +15,7 @@ import numpy as np
 from pvm_dist.engine.base import RING, EngineBase
 from pvm_dist.engine.native import build_info, native_import_error, native_module
 from pvm_dist.engine.numerics import initial_weights
+from pvm_dist.schedule import event_steps
 from pvm_dist.spec import DERIVATIVE_MODES, Spec
 from pvm_dist.topology import Topology, build_topology
 
@@ -118,6 +119,85 @@ class NativeEngine(EngineBase):
             self._rates_changed()
         return dict(self._engine.profile_step(np.ascontiguousarray(frames)))
 
+    # ---- a dataset held by the engine -----------------------------------------------------------
+
+    def set_dataset(self, frames: Any, first_step: int | None = None) -> None:
+        """Hold frames [T, n_seq, D, D, C] uint8 for :meth:`run_dataset`: step s trains on block
+        (s − first_step) mod T (default first_step: the current step).
+
+        A numpy array is copied to the device once (CPU engine: kept in the engine); an array already on
+        this engine's GPU (a CuPy array, anything with ``__cuda_array_interface__``) is used in place,
+        without a copy, and must not change while it is in use (the engine keeps a reference to it).
+        """
+        first = self.step_index if first_step is None else int(first_step)
+        want = (self.n_seq, *self.spec.image_shape)
+        cai = getattr(frames, "__cuda_array_interface__", None)
+        shape = tuple(cai["shape"]) if cai is not None else np.shape(frames)
+        if len(shape) != 5 or shape[1:] != want or shape[0] < 1:
+            raise ValueError(f"a dataset is [T, {', '.join(map(str, want))}] uint8, got shape {shape}")
+        if cai is not None:
+            if np.dtype(cai["typestr"]) != np.uint8:
+                raise TypeError(f"a dataset is uint8, got {np.dtype(cai['typestr'])}")
+            if cai.get("strides") is not None and cai["strides"] != _c_strides(shape, 1):
+                raise ValueError("a device dataset must be C-contiguous")
+            self._engine.set_dataset_device(int(cai["data"][0]), int(shape[0]), first)
+        else:
+            array = np.asarray(frames)
+            if array.dtype != np.uint8:
+                raise TypeError(f"a dataset is uint8, got {array.dtype}")
+            self._engine.set_dataset(np.ascontiguousarray(array), first)
+        self._dataset = frames if cai is not None else None  # a device array must outlive its use
+
+    def run_dataset(self, n_steps: int) -> None:
+        """Train ``n_steps`` steps on the dataset of :meth:`set_dataset`.
+
+        Between the schedule's events the steps are queued back to back with no host work but a graph
+        launch each (no frame upload, no sync); at an event step the new rates are written first.
+        """
+        if not self._engine.dataset_frames:
+            raise RuntimeError("run_dataset() needs set_dataset() first")
+        end = self.step_index + int(n_steps)
+        while self.step_index < end:
+            s = self.step_index
+            if self._advance_schedule(s):
+                self._rates_changed()
+            upcoming = [e for e in event_steps(self.spec) if e > s] if not self.frozen else []
+            self._engine.run_dataset(min([end, *upcoming]) - s)
+
+    # ---- zero-copy CuPy views of device state (CUDA engines) ------------------------------------
+
+    def device_view(self, name: str) -> Any:
+        """A CuPy array viewing a state buffer (``weights``, ``momentum``, ``x_ring``, ``h_ring``, ``y_ring``,
+        ``unit_learning_rate``, ``unit_momentum``) or ``error`` [n_seq, ΣM] in place on the GPU.
+
+        The engine is synchronised first, so the view shows every queued step; after more steps call
+        :meth:`synchronize` before reading it again. The view stays valid while the engine lives.
+        """
+        shapes = {**self.state_shapes(), "error": (self.n_seq, self.topo.y_total)}
+        if name not in shapes:
+            raise ValueError(f"unknown buffer {name!r}; one of {', '.join(shapes)}")
+        address = self._engine.device_pointer(name)  # a CPU engine says so here
+        import cupy
+
+        self.synchronize()
+        shape = shapes[name]
+        nbytes = int(np.prod(shape)) * 4
+        device_id = int(self.device.partition(":")[2] or 0) if self.device.startswith("cuda") else 0
+        memory = cupy.cuda.UnownedMemory(address, nbytes, self, device_id)
+        return cupy.ndarray(shape, cupy.float32, cupy.cuda.MemoryPointer(memory, 0))
+
+    def hidden_view(self) -> Any:
+        """The last step's hidden ring slot [n_seq, h_total] on the GPU (activations at ``topo.h_act``)."""
+        return self.device_view("h_ring")[(self.step_index - 1) % RING]
+
+    def prediction_view(self) -> Any:
+        """The last step's outputs [n_seq, ΣM] on the GPU."""
+        return self.device_view("y_ring")[(self.step_index - 1) % RING]
+
+    def error_view(self) -> Any:
+        """The last step's output errors [n_seq, ΣM] (target − prediction) on the GPU."""
+        return self.device_view("error")
+
     @property
     def weights(self) -> np.ndarray:
         return self._engine.read("weights")
@@ -125,3 +205,11 @@ class NativeEngine(EngineBase):
     @property
     def velocity(self) -> np.ndarray:
         return self._engine.read("momentum")
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))

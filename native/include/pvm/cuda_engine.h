@@ -35,6 +35,10 @@ public:
     std::string device_name() const override { return name_; }
     void synchronize() override;
     std::vector<std::pair<std::string, double>> profile_step_u8(const uint8_t* frames) override;
+    void set_dataset_u8(const uint8_t* host_frames, int64_t n_frames, int64_t first_step) override;
+    void set_dataset_device_u8(uintptr_t device_frames, int64_t n_frames, int64_t first_step) override;
+    void run_dataset(int64_t n_steps) override;
+    uintptr_t device_pointer(const std::string& name) override;
 
 private:
     template <class Pixel>
@@ -75,6 +79,12 @@ private:
 
     CudaGraph* graph_u8_ = nullptr;
     CudaGraph* graph_f32_ = nullptr;
+
+    // Device-resident dataset: the step's graph first copies block (step - first) mod n from it.
+    DeviceBuffer<uint8_t> dataset_owned_;  // set_dataset_u8's copy (empty for an external one)
+    const uint8_t* dataset_ = nullptr;
+    CudaGraph* graph_dataset_ = nullptr;
+    void use_dataset(const uint8_t* frames, int64_t n_frames, int64_t first_step);
 };
 
 }  // namespace pvm

@@ -40,13 +40,30 @@ public:
     // One step with a device timer around each phase: (phase, milliseconds). CPU: host timers.
     virtual std::vector<std::pair<std::string, double>> profile_step_u8(const uint8_t* frames) = 0;
 
+    // A dataset the engine holds: n_frames blocks of [n_seq, D, D, C] uint8 (on the device for CUDA).
+    // run_dataset(n) trains n steps; step s reads block (s - first_step) mod n_frames, so no frame
+    // crosses from the host per step. The rates stay as they are: the caller splits runs at schedule events.
+    virtual void set_dataset_u8(const uint8_t* host_frames, int64_t n_frames, int64_t first_step);
+    // The same with frames already in this engine's device memory (e.g. a CuPy array), used in place.
+    virtual void set_dataset_device_u8(uintptr_t device_frames, int64_t n_frames, int64_t first_step);
+    virtual void run_dataset(int64_t n_steps);
+    int64_t dataset_frames() const { return dataset_frames_; }
+
+    // Device address of a state buffer (or "error": the output errors [n_seq, y_total]); CUDA only.
+    virtual uintptr_t device_pointer(const std::string& name);
+
     const Topology& topology() const { return topo_; }
     const EngineConfig& config() const { return cfg_; }
 
 protected:
     Engine(Topology topo, EngineConfig cfg) : topo_(std::move(topo)), cfg_(cfg) {}
+    int64_t frame_block() const { return cfg_.n_seq * topo_.image_size; }  // bytes of one step's frames
+    int64_t dataset_block(int64_t step) const;  // the dataset block step `step` reads
     Topology topo_;
     EngineConfig cfg_;
+    std::vector<uint8_t> host_dataset_;  // the CPU engine's dataset
+    int64_t dataset_frames_ = 0;
+    int64_t dataset_first_ = 0;
 };
 
 // The named state buffer of an engine, whatever its buffer type (host vector, device array).
