@@ -29,7 +29,12 @@ def cluster():
     os.environ.update(RAY_ENV)
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": False})
+    from mlflow_server import free_port
+
+    client_port = free_port()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": False,
+                                                      "ray_client_server_port": client_port})
+    c.client_address = f"ray://127.0.0.1:{client_port}"
     for _ in range(2):
         c.add_node(num_cpus=1, num_gpus=1)
     c.wait_for_nodes()
@@ -60,8 +65,9 @@ def straight_run(trial_spec: str, overrides: dict, seed: int, n_seq: int, steps:
 
 
 def test_sweep_on_gpu_workers_records_parent_and_nested_runs(cluster, tmp_path):
+    """Through Ray Client (ray://), as from a laptop outside the cluster."""
     f = sweep_file(tmp_path, "grid", vary={"initial_learning_rate": [0.002, 0.01], "seed": [1, 2]})
-    res = run(tmp_path, "run", str(f), "--address", cluster.address, "--json")
+    res = run(tmp_path, "run", str(f), "--address", cluster.client_address, "--json")
     assert res.returncode == 0, res.stderr[-3000:]
     import json
 
