@@ -153,3 +153,13 @@ def test_local_sweep_with_early_stopping_against_a_tracking_server(tmp_path):
         assert sorted(r["name"] for r in rows) == ["t000", "t001", "t002"]  # the trials; not the parent run
     finally:
         server.kill()
+
+
+def test_unreachable_cluster_is_one_line_and_leaves_nothing(tmp_path):
+    from mlflow_server import free_port
+
+    f = sweep_file(tmp_path, "away")
+    res = run(tmp_path, "run", str(f), "--address", f"127.0.0.1:{free_port()}", timeout=60)
+    assert res.returncode == 2 and "cannot reach a Ray cluster at 127.0.0.1:" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "sweeps").exists() or not any((tmp_path / "sweeps").iterdir())

@@ -535,6 +535,8 @@ def connect(address: str | None) -> None:
 
     if ray.is_initialized():
         return
+    if address not in (None, "auto"):
+        _probe(address)
     kwargs: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": False}
     try:
         if address is None:
@@ -547,12 +549,25 @@ def connect(address: str | None) -> None:
                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
 
 
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, with one line, when nothing listens at a cluster address (Ray itself retries for minutes)."""
+    hostport = address.removeprefix("ray://").rsplit("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise SweepRunError(f"--address {address!r}: expected auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise SweepRunError(f"cannot reach a Ray cluster at {address}: {exc.strerror or exc}") from None
+
+
 def run_sweep(sweep: SweepSpec, opts: DriverOptions, sweep_id: str | None = None) -> SweepOutcome:
-    """Start a new sweep: its folder and journal, then run it."""
+    """Start a new sweep: connect, create its folder and journal, then run it."""
     trials = sweep.plan()
+    connect(opts.address)
     folder = SweepFolder.create(opts.root, sweep_id or new_sweep_id(sweep.name), sweep.to_dict(),
                                 [t.to_dict() for t in trials])
-    connect(opts.address)
     driver = Driver(folder, sweep, trials, opts, folder.state())
     return driver.run()
 
