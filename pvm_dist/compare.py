@@ -61,10 +61,27 @@ def load_runs(uri: str, experiment: str, include_nested: bool = True) -> list[Ru
     return rows
 
 
+#: Param prefixes that repeat one value under several names (a sweep trial logs ``varied.lr``,
+#: ``spec.lr`` and ``overrides.lr``); the first of them found is the one shown.
+ALIAS_PREFIXES = ("varied.", "spec.", "overrides.")
+
+
 def differing_params(rows: list[RunRow]) -> list[str]:
-    """Parameters whose values are not the same in every run (a missing value counts as different)."""
+    """Parameters whose values are not the same in every run (a missing value counts as different),
+    each shown once: of ``varied.X``, ``spec.X`` and ``overrides.X`` with equal values, only the first."""
     keys = sorted({k for r in rows for k in r.params})
-    return [k for k in keys if len({r.params.get(k) for r in rows}) > 1]
+    varying = [k for k in keys if len({r.params.get(k) for r in rows}) > 1]
+    shown: dict[tuple[str, tuple], str] = {}
+    out = []
+    for k in sorted(varying, key=lambda k: next((i for i, p in enumerate(ALIAS_PREFIXES) if k.startswith(p)), -1)):
+        prefix = next((p for p in ALIAS_PREFIXES if k.startswith(p)), None)
+        if prefix is not None:
+            alias = (k[len(prefix):], tuple(r.params.get(k) for r in rows))
+            if alias in shown:
+                continue
+            shown[alias] = k
+        out.append(k)
+    return sorted(out)
 
 
 def sort_rows(rows: list[RunRow], metric: str, descending: bool | None = None) -> list[RunRow]:

@@ -54,3 +54,16 @@ def test_compare_table_and_errors(store):
     assert out.returncode == 2 and "no experiment named 'nope'" in out.stderr and "cmp" in out.stderr
     out = run("compare", "cmp", "--mlflow", store, "--metric", "iou")
     assert out.returncode == 2 and "no run of 'cmp' has metric 'iou'" in out.stderr
+
+
+def test_a_value_logged_under_several_names_is_shown_once():
+    from pvm_dist.compare import RunRow, differing_params
+
+    def row(lr: str, seed: str) -> RunRow:
+        return RunRow("id", "n", "FINISHED", {"varied.lr": lr, "spec.lr": lr, "overrides.lr": lr, "seed": seed,
+                                              "spec.momentum": "0.9"}, {}, 0)
+
+    assert differing_params([row("0.1", "1"), row("0.2", "2")]) == ["seed", "varied.lr"]
+    # Under one name only when the values agree.
+    odd = RunRow("id", "n", "FINISHED", {"varied.lr": "0.3", "spec.lr": "0.4", "seed": "3"}, {}, 0)
+    assert "spec.lr" in differing_params([row("0.1", "1"), odd])

@@ -96,6 +96,8 @@ def test_sweep_on_gpu_workers_records_parent_and_nested_runs(cluster, tmp_path):
     assert len({(t["node"], t["gpu"]) for t in out["trials"]}) == 2
     status = run(tmp_path, "status", out["sweep_id"], "--json")
     assert json.loads(status.stdout)["counts"] == {"FINISHED": 4}
+    again = run(tmp_path, "resume", out["sweep_id"], "--address", cluster.client_address)
+    assert again.returncode == 2 and "no unfinished trials" in again.stderr
 
 
 def test_killed_worker_trial_continues_from_its_last_checkpoint(cluster, tmp_path):

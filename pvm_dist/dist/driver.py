@@ -578,8 +578,12 @@ def resume_sweep(sweep_id: str, opts: DriverOptions) -> SweepOutcome:
     definition = folder.definition()
     sweep = load_sweep(definition["sweep"])
     trials = [Trial.from_dict(t) for t in definition["trials"]]
+    state = folder.state()
+    if not state.unfinished():
+        raise SweepRunError(f"sweep {sweep_id} has no unfinished trials (it ended {state.status}); "
+                            f"see pvm-dist sweep status {sweep_id}")
     connect(opts.address)
-    driver = Driver(folder, sweep, trials, opts, folder.state())
+    driver = Driver(folder, sweep, trials, opts, state)
     return driver.run()
 
 
