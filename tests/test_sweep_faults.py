@@ -212,10 +212,12 @@ def test_ctrl_c_checkpoints_running_trials_and_resume_finishes_in_the_same_runs(
     runs = trial_runs(mlflow_runs(tmp_path, "sigint"))
     assert {r.info.status for r in runs.values()} == {"KILLED"}
     ids = {t: r.info.run_id for t, r in runs.items()}
-    # Each paused trial's checkpoint is where it stopped: at its last reported step, not an interval back.
+    # Each paused trial's checkpoint is where it stopped: at its last reported step, not an interval back
+    # (a trial stopped before its first chunk has nothing to keep).
     for e in paused:
-        last_step = max(p["step"] for p in of(evs, "progress", e["trial"]))
-        assert of(evs, "checkpoint", e["trial"])[-1]["step"] == last_step
+        reported = [p["step"] for p in of(evs, "progress", e["trial"])]
+        checkpoints = [c["step"] for c in of(evs, "checkpoint", e["trial"])]
+        assert (checkpoints[-1] if checkpoints else 0) == (max(reported) if reported else 0)
     t0 = time.monotonic()
     res = run(tmp_path, "resume", folder.name, "--address", cluster.address, "--json")
     assert res.returncode == 0, res.stderr[-3000:]

@@ -49,6 +49,7 @@ from pvm_dist.dist.sweep_spec import SweepSpec, Trial, load_sweep
 PIPELINE_DEPTH = 2  # chunks queued on a worker ahead of the one running
 POLL_S = 0.25
 NO_WORKER_TIMEOUT_S = 300.0  # pending trials but no worker could start for this long: give up
+CLIENT_CONNECT_ATTEMPTS = 3
 
 
 class SweepRunError(RuntimeError):
@@ -538,15 +539,23 @@ def connect(address: str | None) -> None:
     if address not in (None, "auto"):
         _probe(address)
     kwargs: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": False}
-    try:
-        if address is None:
-            ray.init(include_dashboard=False, **kwargs)
-        else:
-            ray.init(address=address, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - Ray raises many kinds here; the user needs one line
-        where = address or "a local Ray instance"
-        raise SweepRunError(f"cannot connect to Ray at {where}: {type(exc).__name__}: "
-                            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+    # A Ray Client server starts a server process per client; on a busy head that can fail once.
+    attempts = CLIENT_CONNECT_ATTEMPTS if address and address.startswith("ray://") else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            if address is None:
+                ray.init(include_dashboard=False, **kwargs)
+            else:
+                ray.init(address=address, **kwargs)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises many kinds here; the user needs one line
+            if attempt < attempts and isinstance(exc, ConnectionError):
+                time.sleep(2.0 * attempt)
+                continue
+            where = address or "a local Ray instance"
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            said = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"  # the cause is often last
+            raise SweepRunError(f"cannot connect to Ray at {where}: {type(exc).__name__}: {said}") from None
 
 
 def _probe(address: str, timeout_s: float = 5.0) -> None:
