@@ -71,15 +71,18 @@ def differing_params(rows: list[RunRow]) -> list[str]:
     each shown once: of ``varied.X``, ``spec.X`` and ``overrides.X`` with equal values, only the first."""
     keys = sorted({k for r in rows for k in r.params})
     varying = [k for k in keys if len({r.params.get(k) for r in rows}) > 1]
-    shown: dict[tuple[str, tuple], str] = {}
+    def prefix(key: str) -> int:  # index in ALIAS_PREFIXES, -1 for other keys
+        return next((i for i, p in enumerate(ALIAS_PREFIXES) if key.startswith(p)), -1)
+
+    shown: set[tuple[str, tuple]] = set()
     out = []
-    for k in sorted(varying, key=lambda k: next((i for i, p in enumerate(ALIAS_PREFIXES) if k.startswith(p)), -1)):
-        prefix = next((p for p in ALIAS_PREFIXES if k.startswith(p)), None)
-        if prefix is not None:
-            alias = (k[len(prefix):], tuple(r.params.get(k) for r in rows))
+    for k in sorted(varying, key=prefix):
+        i = prefix(k)
+        if i >= 0:
+            alias = (k[len(ALIAS_PREFIXES[i]):], tuple(r.params.get(k) for r in rows))
             if alias in shown:
                 continue
-            shown[alias] = k
+            shown.add(alias)
         out.append(k)
     return sorted(out)
 

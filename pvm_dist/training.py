@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from pvm_dist.data import make_source
 from pvm_dist.engine import build_engine
 from pvm_dist.metrics import CopyLastFrameBaseline, summarize
 from pvm_dist.spec import Spec, load_spec
+from pvm_dist.stop_signals import stop_on_signals
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
 READOUT_PREFIX = "readout_"  # the readout's state keys; they sit beside the engine's in a checkpoint
@@ -121,22 +120,6 @@ def config_from_checkpoint(path: Path, steps: int | None, run_dir: Path | None) 
         overrides=dict(m.get("overrides") or {}), metrics_every=int(m.get("metrics_every", 50)),
         picture_every=int(m.get("picture_every", 500)), track=bool(m.get("track", True)))
     return cfg, ck
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[Callable[[], bool]]:
-    """Turn SIGINT/SIGTERM into a flag checked between steps; restore the handlers afterwards."""
-    stop = {"flag": False}
-
-    def handler(signum: int, frame: Any) -> None:
-        stop["flag"] = True
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield lambda: stop["flag"]
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 class _Run:
@@ -275,7 +258,7 @@ def train(cfg: TrainConfig, resume: checkpoint.Checkpoint | None = None,
     interrupted, status = False, "FAILED"
     metrics: dict[str, float] = {}
     try:
-        with _stop_on_signals() as should_stop, open(cfg.run_dir / "metrics.jsonl", "a") as log:
+        with stop_on_signals() as should_stop, open(cfg.run_dir / "metrics.jsonl", "a") as log:
             collect_from = max(start_step, cfg.steps - ANIMATION_FRAMES)
             while engine.step_index < cfg.steps:
                 if run.animation is None and engine.step_index >= collect_from:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -170,9 +171,7 @@ def _finish(outcome: Any, as_json: bool, root: Path) -> None:
     if as_json:
         _echo_json({**outcome.to_dict(), "resume_command": resume_cmd if outcome.status != "FINISHED" else None})
     else:
-        counts: dict[str, int] = {}
-        for t in outcome.trials:
-            counts[t["status"]] = counts.get(t["status"], 0) + 1
+        counts = Counter(t["status"] for t in outcome.trials)
         typer.echo(f"sweep {outcome.sweep_id}: {outcome.status.lower()}; "
                    + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
                    + f"; {outcome.seconds:.1f} s, {outcome.frames_per_s:,.0f} frames/s aggregate"

@@ -22,9 +22,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import signal
+import os
 import socket
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -45,6 +44,9 @@ from pvm_dist.dist.journal import (
     new_sweep_id,
 )
 from pvm_dist.dist.sweep_spec import SweepSpec, Trial, load_sweep
+from pvm_dist.spec import Spec, load_spec
+from pvm_dist.stop_signals import stop_on_signals
+from pvm_dist.tracking import Tracker, default_tracking_uri, run_tags
 
 PIPELINE_DEPTH = 2  # chunks queued on a worker ahead of the one running
 POLL_S = 0.25
@@ -107,8 +109,8 @@ class _Worker:
     def where(self) -> str:
         if not self.info:
             return "starting"
-        gpus = ",".join(self.info.get("gpus") or []) or "cpu"
-        return f"{self.info['host']}/{self.info['node'][:6]} gpu {gpus}" if gpus != "cpu" else f"{self.info['host']}/{self.info['node'][:6]} cpu"
+        gpus = ",".join(self.info.get("gpus") or [])
+        return f"{self.info['host']}/{self.info['node'][:6]} " + (f"gpu {gpus}" if gpus else "cpu")
 
 
 @dataclasses.dataclass
@@ -116,6 +118,7 @@ class _Live:
     """A trial running on a worker."""
 
     trial: Trial
+    spec: Spec  # the trial's effective spec
     worker: _Worker
     tracker: Any
     submitted_to: int  # chunks are queued up to this step
@@ -143,7 +146,7 @@ class Driver:
         self.frames = 0
         self.t0 = time.perf_counter()
         self.first_start: float | None = None  # when the first trial of this session started training
-        self.mlflow_uri = opts.mlflow_uri or state.mlflow_uri or _default_uri()
+        self.mlflow_uri = opts.mlflow_uri or state.mlflow_uri or default_tracking_uri()
         self.experiment = opts.experiment or state.experiment or sweep.name
         self.parent: Any = None
         self._worker_class: Any = None
@@ -161,8 +164,6 @@ class Driver:
         return asha
 
     def _start_tracking(self) -> None:
-        from pvm_dist.tracking import Tracker, run_tags
-
         resuming = self.state.parent_run_id is not None
         self.parent = Tracker.start(self.mlflow_uri, self.experiment, run_name=self.folder.sweep_id,
                                     run_id=self.state.parent_run_id,
@@ -172,7 +173,7 @@ class Driver:
             self.parent.log_params({"sweep": self.sweep.to_dict(), "n_trials": len(self.trials)})
             self.parent.log_dict(self.folder.definition(), "sweep.json")
         self.folder.append("sweep_started", parent_run_id=self.parent.run_id, mlflow_uri=self.mlflow_uri,
-                           experiment=self.experiment, host=socket.gethostname(), pid=_pid())
+                           experiment=self.experiment, host=socket.gethostname(), pid=os.getpid())
         self.state.parent_run_id = self.parent.run_id
 
     def _start_workers(self) -> None:
@@ -203,10 +204,13 @@ class Driver:
         import ray
 
         self._start_tracking()
-        with _stop_on_signals(self._request_stop):
+        with stop_on_signals() as should_stop:
             try:
                 self._start_workers()
-                while self._busy():
+                while True:
+                    self.interrupted = self.interrupted or should_stop()
+                    if not self._busy():
+                        break
                     self._assign()
                     self._check_stalled()
                     heads = {w.ready_ref if w.info is None else w.calls[0][0]: w for w in self.workers
@@ -229,9 +233,6 @@ class Driver:
         if self.stop_reason is not None or self.interrupted:
             return assigned  # drain: wait for the running trials' final checkpoints
         return bool(self.queue) or assigned
-
-    def _request_stop(self) -> None:
-        self.interrupted = True
 
     def _assign(self) -> None:
         """Give free, ready workers the next pending trial; on a stop, ask running trials for their state."""
@@ -309,8 +310,6 @@ class Driver:
 
     # ---- trial events ------------------------------------------------------------------------------
     def _on_started(self, w: _Worker, result: dict[str, Any], submitted: float) -> None:
-        from pvm_dist.tracking import Tracker, run_tags
-
         trial = self.trials[w.trial]
         ts = self.state.trials[trial.trial_id]
         gpu = ",".join(w.info.get("gpus") or []) or "cpu"
@@ -320,8 +319,9 @@ class Driver:
                                 parent_run_id=self.parent.run_id,
                                 tags=run_tags(result["backend"], result["device"], where),
                                 fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback")
+        spec = load_spec(trial.spec).with_overrides(trial.overrides)
         if ts.run_id is None:
-            tracker.log_params(self._trial_params(trial, result["backend"]))
+            tracker.log_params(self._trial_params(trial, spec, result["backend"]))
             if tracker.run_id:
                 self.folder.append("trial_run", trial=trial.trial_id, run_id=tracker.run_id)
                 ts.run_id = tracker.run_id
@@ -332,16 +332,13 @@ class Driver:
                                 start_cost_s=result["start_cost_s"], warm=result["warm"],
                                 round_trip_s=time.perf_counter() - submitted, device=result["device"])
         self.state.apply(ev)
-        self.live[trial.trial_id] = _Live(trial, w, tracker, result["step"], result["step"])
+        self.live[trial.trial_id] = _Live(trial, spec, w, tracker, result["step"], result["step"])
         self.first_start = self.first_start or time.perf_counter()
         if not (self.interrupted or self.stop_reason):  # stopping: _assign asks for its state instead
             for _ in range(PIPELINE_DEPTH):
                 self._submit_chunk(self.live[trial.trial_id])
 
-    def _trial_params(self, trial: Trial, backend: str) -> dict[str, Any]:
-        from pvm_dist.spec import load_spec
-
-        spec = load_spec(trial.spec).with_overrides(trial.overrides)
+    def _trial_params(self, trial: Trial, spec: Spec, backend: str) -> dict[str, Any]:
         return {"spec": spec.to_dict(), "spec_name": spec.name, "overrides": trial.overrides or "none",
                 "varied": trial.varied or "none", "seed": trial.seed, "n_seq": self.sweep.n_seq, "backend": backend,
                 "data": self.sweep.data, "steps": self.sweep.steps, "sweep_id": self.folder.sweep_id}
@@ -372,7 +369,7 @@ class Driver:
         if metrics:
             live.tracker.log_metrics(metrics, step=step)
         self.state.apply(self.folder.append(
-            "progress", trial=trial_id, step=step, metric=value, steps_per_s=metrics.get("steps_per_s"),
+            "progress", durable=False, trial=trial_id, step=step, metric=value, steps_per_s=metrics.get("steps_per_s"),
             frames_per_s=metrics.get("frames_per_s"),
             metrics={k: v for k, v in metrics.items() if not k.startswith("layer")}))
         if "state" in result:
@@ -401,14 +398,13 @@ class Driver:
         self._free(w)
 
     def _save_checkpoint(self, live: _Live, step: int, state: dict[str, Any], picture: bytes | None) -> None:
-        from pvm_dist.spec import load_spec
         from pvm_dist.training import TrainConfig
 
         trial = live.trial
         path = self.folder.checkpoint_file(trial.trial_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         ts = self.state.trials[trial.trial_id]
-        cfg = TrainConfig(spec=load_spec(trial.spec).with_overrides(trial.overrides), steps=self.sweep.steps,
+        cfg = TrainConfig(spec=live.spec, steps=self.sweep.steps,
                           run_dir=self.folder.trial_dir(trial.trial_id), n_seq=self.sweep.n_seq, seed=trial.seed,
                           backend=self.sweep.backend, data=self.sweep.data, data_path=self.sweep.data_path,
                           mlflow_uri=self.mlflow_uri, experiment=self.experiment, run_name=trial.trial_id,
@@ -458,7 +454,6 @@ class Driver:
         if trial_id is not None:
             live = self.live.pop(trial_id, None)
             if live is not None:
-                live.tracker.flush(timeout=5.0)
                 live.tracker.close("KILLED")  # reopened (same run) when the trial continues
             ts = self.state.trials[trial_id]
             self.state.apply(self.folder.append("trial_lost", trial=trial_id, reason=f"worker lost: {first_line}",
@@ -594,34 +589,3 @@ def resume_sweep(sweep_id: str, opts: DriverOptions) -> SweepOutcome:
     connect(opts.address)
     driver = Driver(folder, sweep, trials, opts, state)
     return driver.run()
-
-
-class _stop_on_signals:
-    """SIGINT/SIGTERM call ``on_stop`` (main thread only; elsewhere signals are left alone)."""
-
-    def __init__(self, on_stop: Callable[[], None]) -> None:
-        self.on_stop, self.previous = on_stop, {}
-
-    def __enter__(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self.previous[sig] = signal.signal(sig, lambda *_: self.on_stop())
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self.previous.items():
-            signal.signal(sig, old)
-
-
-def _default_uri() -> str:
-    from pvm_dist.tracking import default_tracking_uri
-
-    return default_tracking_uri()
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
-
-

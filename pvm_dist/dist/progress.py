@@ -7,6 +7,7 @@ the driver's terminal shows.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 
 from pvm_dist.dist.journal import FINAL_STATUSES, RUNNING, SweepState
@@ -40,9 +41,7 @@ def overall_eta(state: SweepState, steps: int) -> float | None:
 
 def summary(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str, mode: str) -> dict[str, Any]:
     """What ``sweep status --json`` prints."""
-    counts: dict[str, int] = {}
-    for t in state.trials.values():
-        counts[t.status] = counts.get(t.status, 0) + 1
+    counts = dict(Counter(t.status for t in state.trials.values()))
     return {"status": state.status, "reason": state.reason, "counts": counts, "failures": state.failures,
             "metric": metric, "mode": mode, "steps": steps, "eta_s": overall_eta(state, steps),
             "parent_run_id": state.parent_run_id, "mlflow_uri": state.mlflow_uri, "experiment": state.experiment,
