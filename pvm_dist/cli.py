@@ -242,6 +242,8 @@ def train(
     picture_every: Annotated[int, typer.Option("--picture-every", help="Save a picture every N steps (0: at the end only).", min=0)] = 500,
     readout_from: Annotated[int, typer.Option("--readout-from", help="Train the heatmap readout from this step on (labelled data; the original waits 1,000,000).", min=0)] = 0,
     readout_lr: Annotated[float | None, typer.Option("--readout-lr", help="Readout learning rate (default: the original's schedule, 0.01 then 10× the PVM rate).", min=0)] = None,
+    heldout: Annotated[str | None, typer.Option("--heldout", help="Data to score the final readout on (IoU, hit rate; default: synthetic data of seed+1, none for files).")] = None,
+    heldout_steps: Annotated[int, typer.Option("--heldout-steps", help="Frames per sequence of that score (0: skip it).", min=0)] = 300,
     mlflow_uri: Annotated[str | None, typer.Option("--mlflow", help="MLflow tracking URI (default: ./mlflow.db, no server needed).")] = None,
     experiment: Annotated[str, typer.Option("--experiment", help="MLflow experiment name.")] = "pvm-dist",
     run_name: Annotated[str | None, typer.Option("--run-name", help="MLflow run name (default: the run folder's name).")] = None,
@@ -276,7 +278,7 @@ def train(
         folder = run_dir or Path("runs") / f"{s.name}-{_time.strftime('%Y%m%d-%H%M%S')}"
         cfg = TrainConfig(spec=s, steps=steps, run_dir=folder, n_seq=n_seq, seed=seed, backend=backend, device=device,
                           data=data, data_path=data_path, readout_from=readout_from, readout_lr=readout_lr,
-                          track=not no_track,
+                          heldout=heldout, heldout_steps=heldout_steps, track=not no_track,
                           mlflow_uri=mlflow_uri, experiment=experiment, run_name=run_name, overrides=parsed,
                           metrics_every=metrics_every, picture_every=picture_every)
     if device is not None:
@@ -296,7 +298,7 @@ def train(
         "frames_per_s": result.frames_per_s, "metrics": result.final_metrics,
         "picture": str(result.picture) if result.picture else None,
         "animation": str(result.animation) if result.animation else None,
-        "mlflow_run_id": result.run_id, "mlflow_uri": result.tracking_uri,
+        "mlflow_run_id": result.run_id, "mlflow_uri": result.tracking_uri, "heldout": result.heldout,
     }
     if as_json:
         _print_json(summary)
@@ -307,6 +309,12 @@ def train(
         if "l0_two_step_px" in m:
             typer.echo(f"layer-0 two-step error {m['l0_two_step_px']:.2f} px RMSE; copy-last-frame "
                        f"{m.get('baseline_two_step_px', float('nan')):.2f} px; ratio (MSE) {m.get('ratio_two_step', float('nan')):.3f}")
+        h = result.heldout
+        if "heldout_readout_iou" in h:
+            typer.echo(f"held-out readout IoU {h['heldout_readout_iou']:.3f} (chance {h['heldout_readout_iou_chance']:.3f}, "
+                       f"best fixed heatmap {h['heldout_readout_iou_position_blind']:.3f}); hit rate "
+                       f"{h.get('heldout_readout_hit_rate', float('nan')):.3f} "
+                       f"(chance {h.get('heldout_readout_hit_rate_chance', float('nan')):.3f})")
         typer.echo(f"checkpoint {result.checkpoint}")
         if result.picture:
             typer.echo(f"picture    {result.picture}")
@@ -496,7 +504,7 @@ def evaluate_checkpoint(
         return
     typer.echo(f"{result['spec']} at step {result['trained_steps']:,} on {result['data']} ({steps} steps × {n_seq}):")
     for key, value in result["metrics"].items():
-        typer.echo(f"  {key:<24} {value:.5g}")
+        typer.echo(f"  {key:<32} {value:.5g}")
 
 
 def main() -> None:

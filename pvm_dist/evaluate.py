@@ -17,6 +17,7 @@ from pvm_dist import checkpoint
 from pvm_dist.data import make_source
 from pvm_dist.engine import build_engine
 from pvm_dist.metrics import CopyLastFrameBaseline, summarize
+from pvm_dist.readout import chance_scores
 from pvm_dist.spec import load_spec
 from pvm_dist.training import READOUT_PREFIX
 
@@ -44,7 +45,7 @@ def evaluate(path: Path, data: str, steps: int = 300, n_seq: int = 1, data_path:
         readout = Readout(engine.topo, seed=0, momentum=spec["momentum"])
         readout.load_state(readout_state)
     baseline = CopyLastFrameBaseline()
-    ious, hits = [], []
+    ious, hits, masks = [], [], []
     warmup = 2 * spec.n_layers if warmup is None else warmup
     for s in range(warmup + steps):
         frames = source.frames(s)
@@ -57,6 +58,7 @@ def evaluate(path: Path, data: str, steps: int = 300, n_seq: int = 1, data_path:
 
             heat = readout.forward(engine.hidden())
             labels = source.labels(s)
+            masks.append(labels)
             for q in range(n_seq):
                 ious.append(iou(heat[q], labels[q]))
                 h = hit_rate(heat[q : q + 1], labels[q : q + 1])
@@ -67,6 +69,8 @@ def evaluate(path: Path, data: str, steps: int = 300, n_seq: int = 1, data_path:
         out["readout_iou"] = float(np.mean(ious))
     if hits:
         out["readout_hit_rate"] = float(np.mean(hits))
+    if masks:
+        out.update(chance_scores(np.concatenate(masks)))
     return {"checkpoint": str(path), "trained_steps": ck.step, "spec": spec.name, "data": data, "steps": steps,
             "warmup": warmup,
             "n_seq": n_seq, "backend": engine.backend, "metrics": out, "mlflow_run_id": ck.meta.get("run_id"),

@@ -332,6 +332,36 @@ def hit_rate(heatmap: np.ndarray, label_mask: np.ndarray) -> float:
     return float(hits[present].mean())
 
 
+def chance_scores(label_masks: np.ndarray) -> dict[str, float]:
+    """What ``iou`` and ``hit_rate`` give without looking at the frames, over labels [n, D, D].
+
+    ``*_chance``: a box of the labelled box's size placed uniformly at random (exact expectation), and a
+    peak at a uniformly random pixel. ``*_position_blind``: one fixed heatmap, the labels' own mean
+    (κ-compressed) at its best threshold; it knows where targets tend to be in these very frames, so it
+    is the stronger baseline.
+    """
+    masks = np.asarray(label_masks, np.float32).reshape(-1, *np.shape(label_masks)[-2:]) > 0.5
+    ious = []
+    for m in masks:
+        rows, cols = np.flatnonzero(m.any(axis=1)), np.flatnonzero(m.any(axis=0))
+        if not len(rows):
+            ious.append(0.0)  # a random box is never empty, so it never matches "no target"
+            continue
+        h, w = rows[-1] - rows[0] + 1, cols[-1] - cols[0] + 1
+        ii = np.pad(m.cumsum(0).cumsum(1), ((1, 0), (1, 0)))
+        inter = ii[h:, w:] - ii[:-h, w:] - ii[h:, :-w] + ii[:-h, :-w]  # overlap of every placement
+        ious.append(float(np.mean(inter / (h * w + m.sum() - inter))))
+    out = {"readout_iou_chance": float(np.mean(ious))}
+    present = masks.any(axis=(1, 2))
+    if present.any():
+        out["readout_hit_rate_chance"] = float(masks[present].mean())
+    prior = np.broadcast_to(0.8 * masks.mean(axis=0, dtype=np.float32) + 0.1, masks.shape)
+    out["readout_iou_position_blind"] = max(iou(prior, masks, th) for th in np.linspace(0.01, 0.99, 99))
+    if present.any():
+        out["readout_hit_rate_position_blind"] = hit_rate(prior, masks)
+    return out
+
+
 # --- schedule -----------------------------------------------------------------------------------
 def readout_learning_rate(spec: Spec, step: int) -> float:
     """Readout η in force at ``step`` (§4): 0.01, then readout_multiplier × the final / intermediate

@@ -50,6 +50,8 @@ class TrainConfig:
     picture_every: int = 500  # 0: only at the end
     readout_from: int = 0  # train the readout from this step on, when the data has labels
     readout_lr: float | None = None  # None: the original's readout schedule (§4: 0.01, then 10 × the PVM rate)
+    heldout: str | None = None  # data scoring the readout at the end (None: synthetic data of another seed)
+    heldout_steps: int = 300  # frames per sequence of that score (0: none)
     track: bool = True
     mlflow_uri: str | None = None
     experiment: str = "pvm-dist"
@@ -62,6 +64,7 @@ class TrainConfig:
         return {"spec": self.spec.to_dict(), "spec_name": self.spec.name, "seed": self.seed, "n_seq": self.n_seq,
                 "data": self.data, "data_path": self.data_path, "backend": self.backend, "device": self.device,
                 "steps": self.steps, "readout_from": self.readout_from, "readout_lr": self.readout_lr, "mlflow_uri": self.mlflow_uri,
+                "heldout": self.heldout, "heldout_steps": self.heldout_steps,
                 "experiment": self.experiment, "run_name": self.run_name, "run_id": self.run_id,
                 "overrides": self.overrides, "metrics_every": self.metrics_every, "picture_every": self.picture_every,
                 "track": self.track}
@@ -70,7 +73,14 @@ class TrainConfig:
         """MLflow params: every effective spec value, the overrides, and how the run was set up."""
         return {"spec": self.spec.to_dict(), "spec_name": self.spec.name, "overrides": self.overrides or "none",
                 "n_seq": self.n_seq, "backend": self.backend, "data": self.data, "seed": self.seed,
-                "steps": self.steps, "readout_from": self.readout_from, "readout_lr": self.readout_lr or "schedule"}
+                "steps": self.steps, "readout_from": self.readout_from, "readout_lr": self.readout_lr or "schedule",
+                "heldout": self.heldout_data() or "none"}
+
+    def heldout_data(self) -> str | None:
+        """The data the readout is scored on at the end: ``heldout``, else synthetic scenes of another seed."""
+        if self.heldout:
+            return self.heldout
+        return self.data if self.data.startswith("synthetic:") else None
 
 
 @dataclasses.dataclass
@@ -99,6 +109,7 @@ class TrainResult:
     animation: Path | None
     run_id: str | None
     tracking_uri: str | None
+    heldout: dict[str, float] = dataclasses.field(default_factory=dict)  # heldout_* scores of the final model
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -115,7 +126,7 @@ def config_from_checkpoint(path: Path, steps: int | None, run_dir: Path | None) 
         run_dir=run_dir or Path(path).resolve().parent.parent, n_seq=int(m["n_seq"]), seed=int(m["seed"]),
         backend=m.get("backend", "auto"), device=m.get("device"), data=m.get("data", "synthetic:bar"),
         data_path=m.get("data_path"), readout_from=int(m.get("readout_from", 0)), readout_lr=m.get("readout_lr"),
-        mlflow_uri=m.get("mlflow_uri"),
+        heldout=m.get("heldout"), heldout_steps=int(m.get("heldout_steps", 300)), mlflow_uri=m.get("mlflow_uri"),
         experiment=m.get("experiment", "pvm-dist"), run_name=m.get("run_name"), run_id=m.get("run_id"),
         overrides=dict(m.get("overrides") or {}), metrics_every=int(m.get("metrics_every", 50)),
         picture_every=int(m.get("picture_every", 500)), track=bool(m.get("track", True)))
@@ -129,6 +140,8 @@ class _Run:
         self.cfg = cfg
         self.engine = build_engine(cfg.spec, backend=cfg.backend, n_seq=cfg.n_seq, seed=cfg.seed, device=cfg.device)
         self.source = make_source(cfg.data, cfg.spec.image_shape, cfg.n_seq, cfg.seed, data_path=cfg.data_path)
+        if cfg.heldout:  # fail now, not after training, if the held-out data cannot be read
+            make_source(cfg.heldout, cfg.spec.image_shape, 1, cfg.seed + 1, data_path=cfg.data_path)
         self.baseline = CopyLastFrameBaseline()
         self.readout = self._make_readout()
         if resume is not None:
@@ -257,6 +270,7 @@ def train(cfg: TrainConfig, resume: checkpoint.Checkpoint | None = None,
     last_ck: Path | None = None
     interrupted, status = False, "FAILED"
     metrics: dict[str, float] = {}
+    heldout: dict[str, float] = {}
     try:
         with stop_on_signals() as should_stop, open(cfg.run_dir / "metrics.jsonl", "a") as log:
             collect_from = max(start_step, cfg.steps - ANIMATION_FRAMES)
@@ -298,6 +312,8 @@ def train(cfg: TrainConfig, resume: checkpoint.Checkpoint | None = None,
                 run.tracker.log_artifact(animation)
         if run.tracker is not None:
             run.tracker.log_artifact(last_ck, "checkpoints")
+        if not interrupted:
+            heldout = _score_heldout(cfg, last_ck, run)
         status = "KILLED" if interrupted else "FINISHED"
     finally:
         if run.tracker is not None:
@@ -305,4 +321,20 @@ def train(cfg: TrainConfig, resume: checkpoint.Checkpoint | None = None,
     seconds = time.perf_counter() - t0
     rate = (engine.step_index - start_step) / max(seconds, 1e-9)
     return TrainResult(engine.step_index, interrupted, last_ck, cfg.run_dir, seconds, rate, rate * cfg.n_seq, metrics,
-                       run.picture, animation, cfg.run_id, cfg.mlflow_uri)
+                       run.picture, animation, cfg.run_id, cfg.mlflow_uri, heldout)
+
+
+def _score_heldout(cfg: TrainConfig, checkpoint_file: Path, run: _Run) -> dict[str, float]:
+    """The final model on held-out data (``pvm-dist eval``), when a readout was trained: ``heldout_*``
+    prediction errors and readout IoU and hit rate beside their chance levels, logged at the last step."""
+    data = cfg.heldout_data()
+    if run.readout is None or cfg.readout_from >= cfg.steps or not cfg.heldout_steps or data is None:
+        return {}
+    from pvm_dist.evaluate import evaluate
+
+    result = evaluate(checkpoint_file, data, steps=cfg.heldout_steps, n_seq=min(cfg.n_seq, 8), data_path=cfg.data_path,
+                      backend=run.engine.backend, device=cfg.device, seed=cfg.seed + 1)
+    scores = {f"heldout_{k}": v for k, v in result["metrics"].items()}
+    if run.tracker is not None:
+        run.tracker.log_metrics(scores, step=run.engine.step_index)
+    return scores

@@ -8,7 +8,7 @@ import pytest
 
 import pvm_dist
 from pvm_dist import checkpoint
-from pvm_dist.readout import Readout, decode, hit_rate, iou, readout_learning_rate, readout_trains
+from pvm_dist.readout import Readout, chance_scores, decode, hit_rate, iou, readout_learning_rate, readout_trains
 
 
 @pytest.fixture(scope="module")
@@ -248,6 +248,37 @@ def test_decode_iou_hit_rate():
     heat[1, 3, 3] = 0.95  # peak moves outside the box
     assert hit_rate(heat, mask) == 0.5
     assert np.isnan(hit_rate(heat[2:], mask[2:]))
+
+
+def test_chance_scores_match_brute_force():
+    rng = np.random.default_rng(5)
+    masks = np.zeros((6, 12, 12), np.float32)
+    for m in masks[:5]:
+        y, x = rng.integers(0, 10, 2)
+        m[y : y + 3, x : x + 2] = 1  # a 3×2 box
+    # masks[5] is empty: "no target"
+
+    def box_iou(a, b):
+        return (a & b).sum() / (a | b).sum()
+
+    want = []
+    for m in masks > 0.5:
+        if not m.any():
+            want.append(0.0)
+            continue
+        placements = []
+        for y in range(12 - 3 + 1):
+            for x in range(12 - 2 + 1):
+                box = np.zeros_like(m)
+                box[y : y + 3, x : x + 2] = True
+                placements.append(box_iou(box, m))
+        want.append(np.mean(placements))
+    got = chance_scores(masks)
+    assert got["readout_iou_chance"] == pytest.approx(np.mean(want))
+    assert got["readout_hit_rate_chance"] == pytest.approx(6 / 144)
+    same = np.broadcast_to(masks[0], (4, 12, 12))  # a target that never moves: the fixed heatmap finds it
+    assert chance_scores(same)["readout_iou_position_blind"] == 1.0
+    assert chance_scores(same)["readout_hit_rate_position_blind"] == 1.0
 
 
 # --- schedule -------------------------------------------------------------------------------------
