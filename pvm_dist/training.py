@@ -312,13 +312,13 @@ def train(cfg: TrainConfig, resume: checkpoint.Checkpoint | None = None,
                 run.tracker.log_artifact(animation)
         if run.tracker is not None:
             run.tracker.log_artifact(last_ck, "checkpoints")
+        seconds = time.perf_counter() - t0  # training only, not the held-out score
         if not interrupted:
             heldout = _score_heldout(cfg, last_ck, run)
         status = "KILLED" if interrupted else "FINISHED"
     finally:
         if run.tracker is not None:
             run.tracker.close(status)
-    seconds = time.perf_counter() - t0
     rate = (engine.step_index - start_step) / max(seconds, 1e-9)
     return TrainResult(engine.step_index, interrupted, last_ck, cfg.run_dir, seconds, rate, rate * cfg.n_seq, metrics,
                        run.picture, animation, cfg.run_id, cfg.mlflow_uri, heldout)
