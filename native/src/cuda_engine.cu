@@ -101,6 +101,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     error_ = DeviceBuffer<float>(n * t.y_total);
     metric_sums_ = DeviceBuffer<double>(t.metric_bins());
     unit_error_ = DeviceBuffer<double>(2 * t.n_units);
+    error_sq_ = DeviceBuffer<double>(t.y_total);
     step_ = DeviceBuffer<int64_t>(1);
     metric_steps_ = DeviceBuffer<int64_t>(1);
     frames_u8_ = DeviceBuffer<uint8_t>(n * t.image_size);
@@ -190,6 +191,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     a.delta_out = lr_delta_out_.data();
     a.lr_delta_hidden = lr_delta_hidden_.data();
     a.error = error_.data();
+    a.error_sq = error_sq_.data();
     a.metric_sums = metric_sums_.data();
     a.unit_error = unit_error_.data();
     a.layer_unit_range = layer_unit_range_.data();
@@ -218,7 +220,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
         hidden_deltas<<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
     }
     PVM_CUDA_CHECK_LAUNCH();
-    accumulate_metrics<<<1, 64, 0, stream_>>>(a);
+    accumulate_metrics<<<static_cast<unsigned>(2 * t.n_layers), kWarp, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     mark("deltas");
     if (n > kFusedSeqs) {  // many sequences: tiled matrix products, forward first (old weights), then updates

@@ -27,6 +27,7 @@ struct StepArgs {
     float *weights, *velocity, *x, *h, *y;
     const float *unit_lr, *unit_mu;
     float *delta_out, *lr_delta_hidden, *error;
+    double* error_sq;                  // per output j: sum over sequences (in order) of error^2
     double* metric_sums;
     double* unit_error;                // per unit: sum of squared errors of the two-step and one-step halves
     const int64_t* layer_unit_range;  // per layer: first unit id (n_layers + 1 entries)
@@ -46,7 +47,9 @@ __device__ __forceinline__ int64_t seq_index() { return blockIdx.y; }
 
 template <class Pixel>
 __global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames) {
-    // One thread per input entry: its source is read once and applied to every sequence.
+    // One thread per input entry: its source is read once and applied to every sequence. (Loading
+    // groups of sequences before storing them, or splitting sequences over grid y, measured slower:
+    // the unrolled switch costs registers and occupancy.)
     const int64_t s = *a.step;
     const int cur = ring_slot(s), prev = ring_slot(s - 1);
     for (int64_t i = global_thread(); i < a.x_total; i += grid_threads()) {
@@ -83,31 +86,72 @@ __global__ void assemble_hidden(StepArgs a) {
 
 // e = x(s)[target] - y(s-2); delta_out = g(y(s-2)) * e (after the opt_abs_diff sign quirk, §3.11).
 __global__ void output_deltas(StepArgs a) {
+    constexpr int kSeqGroup = 8;  // loads of this many sequences in flight (see assemble_inputs)
     const int64_t s = *a.step;
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     for (int64_t j = global_thread(); j < a.y_total; j += grid_threads()) {
         const int64_t target = a.target_src[j];
-        for (int64_t q = 0; q < a.n_seq; ++q) {
-            const int64_t idx = q * a.y_total + j;
-            const float yo = a.y[(old * a.n_seq + q) * a.y_total + j];
-            float e = a.x[(cur * a.n_seq + q) * a.x_total + target] - yo;
-            a.error[idx] = e;
-            if (a.opt_abs_diff && j < a.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
-            a.delta_out[idx] = delta(yo, e, a.polynomial, static_cast<Derivative>(a.derivative));
+        double e2 = 0.0;
+        for (int64_t q0 = 0; q0 < a.n_seq; q0 += kSeqGroup) {
+            float yo[kSeqGroup], t[kSeqGroup];
+#pragma unroll
+            for (int k = 0; k < kSeqGroup; ++k) {
+                const int64_t q = q0 + k;
+                if (q >= a.n_seq) break;
+                yo[k] = a.y[(old * a.n_seq + q) * a.y_total + j];
+                t[k] = a.x[(cur * a.n_seq + q) * a.x_total + target];
+            }
+#pragma unroll
+            for (int k = 0; k < kSeqGroup; ++k) {
+                const int64_t q = q0 + k;
+                if (q >= a.n_seq) break;
+                float e = t[k] - yo[k];
+                a.error[q * a.y_total + j] = e;
+                e2 += static_cast<double>(e) * static_cast<double>(e);
+                if (a.opt_abs_diff && j < a.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
+                a.delta_out[q * a.y_total + j] = delta(yo[k], e, a.polynomial, static_cast<Derivative>(a.derivative));
+            }
         }
+        a.error_sq[j] = e2;
     }
 }
 
-// Per (layer, half) sums of squared errors: hidden_deltas leaves each unit's two sums (over all
-// sequences) in unit_error; one thread per bin then adds its layer's units in id order. No atomics.
+// One unit's two squared-error sums (two-step half, one-step half) from error_sq: thread-strided
+// partial sums, then a tree over the block (fixed order). Called by a whole block.
+__device__ void sum_unit_errors(const StepArgs& a, int64_t u) {
+    const int64_t M = a.y_off[u + 1] - a.y_off[u], P = M / 2;
+    double e2[2] = {0.0, 0.0};
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) e2[j < P ? 0 : 1] += a.error_sq[a.y_off[u] + j];
+    __shared__ double part[2][kThreads];
+    part[0][threadIdx.x] = e2[0];
+    part[1][threadIdx.x] = e2[1];
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) {
+            part[0][threadIdx.x] += part[0][threadIdx.x + stride];
+            part[1][threadIdx.x] += part[1][threadIdx.x + stride];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        a.unit_error[2 * u] = part[0][0];
+        a.unit_error[2 * u + 1] = part[1][0];
+    }
+}
+
+// Per (layer, half) sums of squared errors: the unit sums (left in unit_error) of the bin's layer,
+// added by one warp per bin (lane-strided, then a butterfly: a fixed order, no atomics).
 __global__ void accumulate_metrics(StepArgs a) {
     if (*a.step < 2) return;  // steps 0 and 1 compare against the initial all-ones rings
-    const int bin = threadIdx.x;
-    if (bin >= 2 * a.n_layers) return;
+    const int bin = blockIdx.x, lane = threadIdx.x;
     double total = 0.0;
-    for (int64_t u = a.layer_unit_range[bin / 2]; u < a.layer_unit_range[bin / 2 + 1]; ++u) total += a.unit_error[2 * u + bin % 2];
-    a.metric_sums[bin] += total;
-    if (bin == 0) *a.metric_steps += 1;
+    for (int64_t u = a.layer_unit_range[bin / 2] + lane; u < a.layer_unit_range[bin / 2 + 1]; u += kWarp)
+        total += a.unit_error[2 * u + bin % 2];
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+    if (lane == 0) {
+        a.metric_sums[bin] += total;
+        if (bin == 0) *a.metric_steps += 1;
+    }
 }
 
 // delta_h = g(h(s-2)) * sum_j W1[j,k] delta_out_j with the current (pre-update) W1, stored multiplied
@@ -123,30 +167,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     const float* __restrict__ W1 = a.weights + a.w1_off[u];
     const float lr = a.unit_lr[u];
     __shared__ float part[kRowGroups][kColumns];
-    __shared__ double err_part[2][kThreads];
-
-    // This unit's squared errors (both halves, every sequence), for the metrics.
-    const int64_t P = M / 2;
-    double e2[2] = {0.0, 0.0};
-    for (int64_t q = 0; q < a.n_seq; ++q)
-        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
-            const double e = a.error[q * a.y_total + a.y_off[u] + j];
-            if (j < P) e2[0] += e * e; else e2[1] += e * e;
-        }
-    err_part[0][threadIdx.x] = e2[0];
-    err_part[1][threadIdx.x] = e2[1];
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride) {
-            err_part[0][threadIdx.x] += err_part[0][threadIdx.x + stride];
-            err_part[1][threadIdx.x] += err_part[1][threadIdx.x + stride];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        a.unit_error[2 * u] = err_part[0][0];
-        a.unit_error[2 * u + 1] = err_part[1][0];
-    }
+    sum_unit_errors(a, u);  // this unit's squared errors, for the metrics
 
     for (int64_t q = 0; q < a.n_seq; ++q) {
         const float* __restrict__ d = a.delta_out + q * a.y_total + a.y_off[u];
@@ -411,7 +432,9 @@ struct UnitW1 {  // rows j < M of W1; inputs h
 };
 
 constexpr int kTile = 64, kDepth = 16, kMicro = 4;  // 64×64 outputs per block, 16 deep, 4×4 per thread
+constexpr int kLoads = kTile * kDepth / kThreads;   // slab elements each thread loads per operand
 static_assert(kTile / kMicro * kTile / kMicro == kThreads, "one micro-tile per thread");
+static_assert(kLoads * kThreads == kTile * kDepth, "slabs split evenly over the threads");
 
 template <class Unit>
 __global__ void __launch_bounds__(kThreads) gemm_forward(StepArgs a, const int32_t* __restrict__ tiles) {
@@ -423,14 +446,27 @@ __global__ void __launch_bounds__(kThreads) gemm_forward(StepArgs a, const int32
     const float* __restrict__ W = a.weights + Unit::weight_base(a, u);
     const int tx = threadIdx.x % (kTile / kMicro), ty = threadIdx.x / (kTile / kMicro);
     float acc[kMicro][kMicro] = {};
-    for (int64_t i0 = 0; i0 < L; i0 += kDepth) {
-        for (int e = threadIdx.x; e < kTile * kDepth; e += kThreads) {
-            const int r = e / kDepth, ii = e % kDepth;
+    // Software pipeline: the next slab's global loads are issued before this slab's products.
+    float w_next[kLoads], x_next[kLoads];
+    auto load = [&](int64_t i0) {
+#pragma unroll
+        for (int t = 0; t < kLoads; ++t) {
+            const int e = threadIdx.x + t * kThreads, r = e / kDepth, ii = e % kDepth;
             const int64_t row = row0 + r, i = i0 + ii, q = q0 + r;
-            Ws[ii][r] = (row < R && i < L) ? W[row * L + i] : 0.0f;
-            Xs[ii][r] = (q < a.n_seq && i < L) ? Unit::input(a, cur, q, u)[i] : 0.0f;
+            w_next[t] = (row < R && i < L) ? W[row * L + i] : 0.0f;
+            x_next[t] = (q < a.n_seq && i < L) ? Unit::input(a, cur, q, u)[i] : 0.0f;
+        }
+    };
+    load(0);
+    for (int64_t i0 = 0; i0 < L; i0 += kDepth) {
+#pragma unroll
+        for (int t = 0; t < kLoads; ++t) {
+            const int e = threadIdx.x + t * kThreads, r = e / kDepth, ii = e % kDepth;
+            Ws[ii][r] = w_next[t];
+            Xs[ii][r] = x_next[t];
         }
         __syncthreads();
+        if (i0 + kDepth < L) load(i0 + kDepth);
 #pragma unroll
         for (int ii = 0; ii < kDepth; ++ii) {
             float w[kMicro], x[kMicro];
@@ -475,14 +511,26 @@ __global__ void __launch_bounds__(kThreads) gemm_update(StepArgs a, const int32_
         return;
     }
     float g[kMicro][kMicro] = {};
-    for (int64_t q0 = 0; q0 < a.n_seq; q0 += kDepth) {
-        for (int e = threadIdx.x; e < kTile * kDepth; e += kThreads) {
-            const int qq = e / kTile, c = e % kTile;
+    float l_next[kLoads], x_next[kLoads];  // the next slab, loaded while this one is used
+    auto load = [&](int64_t q0) {
+#pragma unroll
+        for (int t = 0; t < kLoads; ++t) {
+            const int e = threadIdx.x + t * kThreads, qq = e / kTile, c = e % kTile;
             const int64_t q = q0 + qq, row = row0 + c, col = col0 + c;
-            Ls[qq][c] = (q < a.n_seq && row < R) ? Unit::lr_delta(a, q, row, u) : 0.0f;
-            Xs[qq][c] = (q < a.n_seq && col < L) ? Unit::input(a, old, q, u)[col] : 0.0f;
+            l_next[t] = (q < a.n_seq && row < R) ? Unit::lr_delta(a, q, row, u) : 0.0f;
+            x_next[t] = (q < a.n_seq && col < L) ? Unit::input(a, old, q, u)[col] : 0.0f;
+        }
+    };
+    load(0);
+    for (int64_t q0 = 0; q0 < a.n_seq; q0 += kDepth) {
+#pragma unroll
+        for (int t = 0; t < kLoads; ++t) {
+            const int e = threadIdx.x + t * kThreads, qq = e / kTile, c = e % kTile;
+            Ls[qq][c] = l_next[t];
+            Xs[qq][c] = x_next[t];
         }
         __syncthreads();
+        if (q0 + kDepth < a.n_seq) load(q0 + kDepth);
 #pragma unroll
         for (int qq = 0; qq < kDepth; ++qq) {
             float l[kMicro], x[kMicro];
@@ -513,31 +561,8 @@ __global__ void __launch_bounds__(kThreads) gemm_update(StepArgs a, const int32_
         }
 }
 
-// Many sequences: this unit's squared errors (both halves, every sequence) for the metrics.
-__global__ void __launch_bounds__(kThreads) unit_errors(StepArgs a) {
-    const int64_t u = blockIdx.x, M = a.y_off[u + 1] - a.y_off[u], P = M / 2;
-    double e2[2] = {0.0, 0.0};
-    for (int64_t idx = threadIdx.x; idx < a.n_seq * M; idx += blockDim.x) {
-        const int64_t q = idx / M, j = idx % M;
-        const double e = a.error[q * a.y_total + a.y_off[u] + j];
-        if (j < P) e2[0] += e * e; else e2[1] += e * e;
-    }
-    __shared__ double part[2][kThreads];
-    part[0][threadIdx.x] = e2[0];
-    part[1][threadIdx.x] = e2[1];
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride) {
-            part[0][threadIdx.x] += part[0][threadIdx.x + stride];
-            part[1][threadIdx.x] += part[1][threadIdx.x + stride];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        a.unit_error[2 * u] = part[0][0];
-        a.unit_error[2 * u + 1] = part[1][0];
-    }
-}
+// Many sequences: this unit's squared errors (both halves, summed over sequences by output_deltas).
+__global__ void __launch_bounds__(kThreads) unit_errors(StepArgs a) { sum_unit_errors(a, blockIdx.x); }
 
 // Many sequences: eps[q, k] = sum_j delta_out[q, j] W1[j, k] (current W1) as a tiled product, then
 // lr * g(h(s-2)) * eps as hidden_deltas stores it. Block (unit, 64 sequences, 64 hidden columns).
@@ -550,18 +575,29 @@ __global__ void __launch_bounds__(kThreads) gemm_hidden_deltas(StepArgs a) {
     const float* __restrict__ W1 = a.weights + a.w1_off[u];
     const int tx = threadIdx.x % (kTile / kMicro), ty = threadIdx.x / (kTile / kMicro);
     float acc[kMicro][kMicro] = {};
-    for (int64_t j0 = 0; j0 < M; j0 += kDepth) {
-        for (int e = threadIdx.x; e < kTile * kDepth; e += kThreads) {
+    float d_next[kLoads], w_next[kLoads];  // the next slab, loaded while this one is used
+    auto load = [&](int64_t j0) {
+#pragma unroll
+        for (int t = 0; t < kLoads; ++t) {
+            const int e = threadIdx.x + t * kThreads;
             const int c = e / kDepth, jj = e % kDepth;  // consecutive threads: consecutive outputs j of one sequence
             const int64_t q = q0 + c, j = j0 + jj;
-            Ds[jj][c] = (q < a.n_seq && j < M) ? a.delta_out[q * a.y_total + a.y_off[u] + j] : 0.0f;
+            d_next[t] = (q < a.n_seq && j < M) ? a.delta_out[q * a.y_total + a.y_off[u] + j] : 0.0f;
+            const int jw = e / kTile, cw = e % kTile;  // consecutive threads: consecutive columns k of one row
+            const int64_t j2 = j0 + jw, k = k0 + cw;
+            w_next[t] = (j2 < M && k < H) ? W1[j2 * K + k] : 0.0f;
         }
-        for (int e = threadIdx.x; e < kTile * kDepth; e += kThreads) {
-            const int jj = e / kTile, c = e % kTile;  // consecutive threads: consecutive columns k of one row
-            const int64_t j = j0 + jj, k = k0 + c;
-            Ws[jj][c] = (j < M && k < H) ? W1[j * K + k] : 0.0f;
+    };
+    load(0);
+    for (int64_t j0 = 0; j0 < M; j0 += kDepth) {
+#pragma unroll
+        for (int t = 0; t < kLoads; ++t) {
+            const int e = threadIdx.x + t * kThreads;
+            Ds[e % kDepth][e / kDepth] = d_next[t];
+            Ws[e / kTile][e % kTile] = w_next[t];
         }
         __syncthreads();
+        if (j0 + kDepth < M) load(j0 + kDepth);
 #pragma unroll
         for (int jj = 0; jj < kDepth; ++jj) {
             float d[kMicro], w[kMicro];

@@ -66,7 +66,7 @@ private:
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
     DeviceBuffer<float> lr_delta_out_, lr_delta_hidden_, error_;
-    DeviceBuffer<double> metric_sums_, unit_error_;
+    DeviceBuffer<double> metric_sums_, unit_error_, error_sq_;
     DeviceBuffer<int64_t> step_, metric_steps_;
     int64_t host_step_ = 0;
 
