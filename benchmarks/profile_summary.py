@@ -33,7 +33,7 @@ def main(path: str) -> None:
     for r in data:
         byname[short(r[col["Kernel Name"]])].append(r)
     stalls = ["long_scoreboard", "barrier", "mio_throttle", "short_scoreboard", "math_pipe_throttle", "lg_throttle"]
-    print("stall columns: % of warp issue-stall cycles per reason\n")
+    print("stall columns: each reason's share (%) of the stalls of the six reasons listed\n")
     print("| kernel | n | µs | DRAM GB/s | DRAM % | SM % | L2 GB/s | FP32 GFLOP/s | warps active % | regs | "
           + " | ".join(stalls) + " |")
     print("|---" * (10 + len(stalls)) + "|")
@@ -50,7 +50,8 @@ def main(path: str) -> None:
                  f"{gbs('lts__t_bytes.sum.per_second'):.0f}", f"{flops:.0f}",
                  f"{mean('sm__warps_active.avg.pct_of_peak_sustained_active'):.0f}",
                  f"{mean('launch__registers_per_thread'):.0f}"]
-        cells += [f"{mean('smsp__average_warp_latency_issue_stalled_' + s + '.pct'):.0f}" for s in stalls]
+        raw = [mean("smsp__average_warp_latency_issue_stalled_" + s + ".pct") for s in stalls]
+        cells += [f"{100 * v / max(sum(raw), 1e-30):.0f}" for v in raw]
         print("| " + " | ".join(cells) + " |")
     print(f"\nsum of mean kernel times: {total:.1f} µs (kernels traced: {len(data)}); "
           f"units: {units[col['gpu__time_duration.sum']]}, {units[col['dram__bytes.sum.per_second']]}")
