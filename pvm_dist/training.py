@@ -76,6 +76,11 @@ class TrainConfig:
                 "steps": self.steps, "readout_from": self.readout_from, "readout_lr": self.readout_lr or "schedule",
                 "heldout": self.heldout_data() or "none"}
 
+    @property
+    def heldout_seed(self) -> int:
+        """Seed of the held-out data: synthetic scenes training never saw."""
+        return self.seed + 1
+
     def heldout_data(self) -> str | None:
         """The data the readout is scored on at the end: ``heldout``, else synthetic scenes of another seed."""
         if self.heldout:
@@ -141,7 +146,7 @@ class _Run:
         self.engine = build_engine(cfg.spec, backend=cfg.backend, n_seq=cfg.n_seq, seed=cfg.seed, device=cfg.device)
         self.source = make_source(cfg.data, cfg.spec.image_shape, cfg.n_seq, cfg.seed, data_path=cfg.data_path)
         if cfg.heldout:  # fail now, not after training, if the held-out data cannot be read
-            make_source(cfg.heldout, cfg.spec.image_shape, 1, cfg.seed + 1, data_path=cfg.data_path)
+            make_source(cfg.heldout, cfg.spec.image_shape, 1, cfg.heldout_seed, data_path=cfg.data_path)
         self.baseline = CopyLastFrameBaseline()
         self.readout = self._make_readout()
         if resume is not None:
@@ -333,7 +338,7 @@ def _score_heldout(cfg: TrainConfig, checkpoint_file: Path, run: _Run) -> dict[s
     from pvm_dist.evaluate import evaluate
 
     result = evaluate(checkpoint_file, data, steps=cfg.heldout_steps, n_seq=min(cfg.n_seq, 8), data_path=cfg.data_path,
-                      backend=run.engine.backend, device=cfg.device, seed=cfg.seed + 1)
+                      backend=run.engine.backend, device=cfg.device, seed=cfg.heldout_seed)
     scores = {f"heldout_{k}": v for k, v in result["metrics"].items()}
     if run.tracker is not None:
         run.tracker.log_metrics(scores, step=run.engine.step_index)
