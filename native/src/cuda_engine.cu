@@ -1,12 +1,15 @@
 #include "pvm/cuda_engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 
 #include "pvm/cuda_check.h"
 #include "pvm/cuda_graph.h"
 #include "step_kernels.cuh"
+#include "tiled_products.cuh"
 
 namespace pvm {
 
@@ -18,21 +21,20 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 1 << 20)));
 }
 
-// The tiles of the many-sequence matrix products (see step_kernels.cuh): every unit's rows in blocks
-// of kTile, and for the update also its columns. rows(u) and cols(u) give the unit's matrix shape.
-template <class Rows, class Cols>
-std::vector<int32_t> unit_tiles(int64_t n_units, Rows rows, Cols cols, bool with_columns) {
-    std::vector<int32_t> tiles;
+// The tiles of one many-sequence product (tiled_products.cuh): for every unit, its M x N output in
+// tiles of kTileRows x cols, as (unit, first m, first n), the tiles of the longest sums (K) first so
+// that the last wave is of short ones.
+template <class Extent>
+std::vector<int32_t> product_tiles(int64_t n_units, int cols, Extent m, Extent n, Extent k) {
+    std::vector<std::array<int64_t, 4>> tiles;  // (K, unit, m0, n0)
     for (int64_t u = 0; u < n_units; ++u)
-        for (int64_t r = 0; r < rows(u); r += kernels::kTile) {
-            if (!with_columns) {
-                tiles.insert(tiles.end(), {static_cast<int32_t>(u), static_cast<int32_t>(r)});
-                continue;
-            }
-            for (int64_t c = 0; c < cols(u); c += kernels::kTile)
-                tiles.insert(tiles.end(), {static_cast<int32_t>(u), static_cast<int32_t>(r), static_cast<int32_t>(c)});
-        }
-    return tiles;
+        for (int64_t m0 = 0; m0 < m(u); m0 += kernels::kTileRows)
+            for (int64_t n0 = 0; n0 < n(u); n0 += cols) tiles.push_back({k(u), u, m0, n0});
+    std::stable_sort(tiles.begin(), tiles.end(), [](const auto& x, const auto& y) { return x[0] > y[0]; });
+    std::vector<int32_t> out;
+    for (const auto& t : tiles)
+        out.insert(out.end(), {static_cast<int32_t>(t[1]), static_cast<int32_t>(t[2]), static_cast<int32_t>(t[3])});
+    return out;
 }
 
 // First unit id of every layer, plus n_units (units are numbered layer by layer).
@@ -79,14 +81,16 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
     if (n > kFusedSeqs) {
-        auto h_rows = [&](int64_t) { return t.hidden; };
-        auto x_cols = [&](int64_t u) { return t.inputs(u); };
-        auto y_rows = [&](int64_t u) { return t.outputs(u); };
-        auto h_cols = [&](int64_t u) { return t.hidden_len(u); };
-        forward_tiles_w0_ = DeviceBuffer<int32_t>(unit_tiles(t.n_units, h_rows, x_cols, false));
-        forward_tiles_w1_ = DeviceBuffer<int32_t>(unit_tiles(t.n_units, y_rows, h_cols, false));
-        update_tiles_w0_ = DeviceBuffer<int32_t>(unit_tiles(t.n_units, h_rows, x_cols, true));
-        update_tiles_w1_ = DeviceBuffer<int32_t>(unit_tiles(t.n_units, y_rows, h_cols, true));
+        std::function<int64_t(int64_t)> hidden = [&](int64_t) { return t.hidden; },
+                                         seqs = [&](int64_t) { return n; },
+                                         inputs = [&](int64_t u) { return t.inputs(u); },
+                                         outputs = [&](int64_t u) { return t.outputs(u); },
+                                         hidden_len = [&](int64_t u) { return t.hidden_len(u); };
+        w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::Tiles::kCols, hidden, seqs, inputs));
+        w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::Tiles::kCols, outputs, seqs, hidden_len));
+        hidden_deltas_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::HiddenDeltas::Tiles::kCols, hidden, seqs, outputs));
+        w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::Tiles::kCols, hidden, inputs, seqs));
+        w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::Tiles::kCols, outputs, hidden_len, seqs));
     }
 
     weights_ = DeviceBuffer<float>(t.n_weights);
@@ -153,6 +157,40 @@ void CudaEngine::check_memory() const {
                                  gib(static_cast<double>(total_bytes)));
 }
 
+namespace {
+
+template <class Product>
+void launch_product(const kernels::StepArgs& a, const DeviceBuffer<int32_t>& tiles, cudaStream_t stream) {
+    kernels::tiled_product<Product><<<static_cast<unsigned>(tiles.size() / 3), kernels::kTileThreads, 0, stream>>>(
+        a, tiles.data());
+    PVM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+// Many sequences: the per-unit products as tiled matrix products (tiled_products.cuh). The forward
+// products and the hidden deltas read the old weights, so the updates come last.
+template <class Mark>
+void CudaEngine::enqueue_products(const kernels::StepArgs& a, Mark& mark) {
+    using namespace kernels;
+    output_deltas<<<blocks_for(topo_.y_total), kThreads, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    unit_errors<<<static_cast<unsigned>(topo_.n_units), kThreads, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    launch_product<HiddenDeltas>(a, hidden_deltas_, stream_);
+    accumulate_metrics<<<static_cast<unsigned>(2 * topo_.n_layers), kWarp, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    mark("deltas");
+    launch_product<W0Forward>(a, w0_forward_, stream_);
+    mark("w0 forward");
+    launch_product<W1Forward>(a, w1_forward_, stream_);
+    mark("w1 forward");
+    launch_product<W0Update>(a, w0_update_, stream_);
+    mark("w0 update");
+    launch_product<W1Update>(a, w1_update_, stream_);
+    mark("w1 update");
+}
+
 template <class Pixel, class Mark>
 void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     const Topology& t = topo_;
@@ -200,46 +238,25 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     a.step = step_.data();
 
     using namespace kernels;
-    constexpr int kSeqs = static_cast<int>(kFusedSeqs);
     const int T = kThreads;
     const unsigned seqs = static_cast<unsigned>(n);
-    assemble_inputs<Pixel><<<blocks_for(t.x_total), T, 0, stream_>>>(a, d_frames);
+    assemble_inputs<Pixel><<<dim3(blocks_for(t.x_total), static_cast<unsigned>((n + kGatherSeqs - 1) / kGatherSeqs)), T, 0,
+                             stream_>>>(a, d_frames);
     PVM_CUDA_CHECK_LAUNCH();
     assemble_hidden<<<dim3(blocks_for(t.n_units + a.n_raw), seqs), T, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     mark("gather");
-    output_deltas<<<blocks_for(t.y_total), T, 0, stream_>>>(a);
-    PVM_CUDA_CHECK_LAUNCH();
     if (n > kFusedSeqs) {
-        unit_errors<<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
-        PVM_CUDA_CHECK_LAUNCH();
-        const dim3 grid(static_cast<unsigned>(t.n_units), static_cast<unsigned>((n + kTile - 1) / kTile),
-                        static_cast<unsigned>((t.hidden + kTile - 1) / kTile));
-        gemm_hidden_deltas<<<grid, T, 0, stream_>>>(a);
+        enqueue_products(a, mark);
     } else {
+        constexpr int kSeqs = static_cast<int>(kFusedSeqs);
+        output_deltas<<<blocks_for(t.y_total), T, 0, stream_>>>(a);
+        PVM_CUDA_CHECK_LAUNCH();
         hidden_deltas<<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
-    }
-    PVM_CUDA_CHECK_LAUNCH();
-    accumulate_metrics<<<static_cast<unsigned>(2 * t.n_layers), kWarp, 0, stream_>>>(a);
-    PVM_CUDA_CHECK_LAUNCH();
-    mark("deltas");
-    if (n > kFusedSeqs) {  // many sequences: tiled matrix products, forward first (old weights), then updates
-        const unsigned seq_tiles = static_cast<unsigned>((n + kTile - 1) / kTile);
-        gemm_forward<UnitW0><<<dim3(static_cast<unsigned>(forward_tiles_w0_.size() / 2), seq_tiles), T, 0, stream_>>>(
-            a, forward_tiles_w0_.data());
         PVM_CUDA_CHECK_LAUNCH();
-        mark("w0 forward");
-        gemm_forward<UnitW1><<<dim3(static_cast<unsigned>(forward_tiles_w1_.size() / 2), seq_tiles), T, 0, stream_>>>(
-            a, forward_tiles_w1_.data());
+        accumulate_metrics<<<static_cast<unsigned>(2 * t.n_layers), kWarp, 0, stream_>>>(a);
         PVM_CUDA_CHECK_LAUNCH();
-        mark("w1 forward");
-        gemm_update<UnitW0><<<static_cast<unsigned>(update_tiles_w0_.size() / 3), T, 0, stream_>>>(a, update_tiles_w0_.data());
-        PVM_CUDA_CHECK_LAUNCH();
-        mark("w0 update");
-        gemm_update<UnitW1><<<static_cast<unsigned>(update_tiles_w1_.size() / 3), T, 0, stream_>>>(a, update_tiles_w1_.data());
-        PVM_CUDA_CHECK_LAUNCH();
-        mark("w1 update");
-    } else {
+        mark("deltas");
         if (n == 1) {
             weight_pass_single<RowW0, kWarp><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
         } else {

@@ -41,31 +41,43 @@ __device__ __forceinline__ int ring_slot(int64_t s) { return static_cast<int>(((
 __device__ __forceinline__ int64_t global_thread() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-// x(s) of every sequence: the compressed frame, kappa(h(s-1)), x(s-1)'s new signal, or 1 (§3.4).
 // Element-wise kernels use a 2-D grid: x over the elements of one sequence, y over sequences.
 __device__ __forceinline__ int64_t seq_index() { return blockIdx.y; }
 
+// x(s) of every sequence: the compressed frame, kappa(h(s-1)), x(s-1)'s new signal, or 1 (§3.4).
+// A thread per (input entry, group of kGatherSeqs sequences): the entry's source is read once and
+// all of the group's loads are issued before its stores (the compiler cannot move a load of the
+// rings past a store to them). Grid: x over entries, y over groups. (One thread walking all
+// sequences in turn waited on each load: 378 -> 254 us at n_seq 256.)
+constexpr int kGatherSeqs = 4;
+
 template <class Pixel>
 __global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames) {
-    // One thread per input entry: its source is read once and applied to every sequence. (Loading
-    // groups of sequences before storing them, or splitting sequences over grid y, measured slower:
-    // the unrolled switch costs registers and occupancy.)
+    const int64_t i = global_thread(), q0 = int64_t{blockIdx.y} * kGatherSeqs;
+    if (i >= a.x_total) return;
     const int64_t s = *a.step;
     const int cur = ring_slot(s), prev = ring_slot(s - 1);
-    for (int64_t i = global_thread(); i < a.x_total; i += grid_threads()) {
-        const int64_t src = a.x_src[i];
-        const int kind = a.x_kind[i];
-        for (int64_t q = 0; q < a.n_seq; ++q) {
-            float v;
-            switch (kind) {
-                case 0: v = compress_pixel(frames[q * a.image_size + src]); break;
-                case 1: v = kappa(a.h[(prev * a.n_seq + q) * a.h_total + src]); break;
-                case 2: v = a.x[(prev * a.n_seq + q) * a.x_total + src]; break;
-                default: v = 1.0f; break;
-            }
-            a.x[(cur * a.n_seq + q) * a.x_total + i] = v;
+    const int64_t src = a.x_src[i];
+    const int kind = a.x_kind[i];
+    const int live = static_cast<int>(a.n_seq - q0 < kGatherSeqs ? a.n_seq - q0 : kGatherSeqs);
+    float v[kGatherSeqs];
+#pragma unroll
+    for (int k = 0; k < kGatherSeqs; ++k) {
+        const int64_t q = q0 + k;
+        if (k >= live) break;
+        if (kind == 0) {
+            v[k] = compress_pixel(frames[q * a.image_size + src]);
+        } else if (kind == 1) {
+            v[k] = kappa(a.h[(prev * a.n_seq + q) * a.h_total + src]);
+        } else if (kind == 2) {
+            v[k] = a.x[(prev * a.n_seq + q) * a.x_total + src];
+        } else {
+            v[k] = 1.0f;
         }
     }
+#pragma unroll
+    for (int k = 0; k < kGatherSeqs; ++k)
+        if (k < live) a.x[(cur * a.n_seq + q0 + k) * a.x_total + i] = v[k];
 }
 
 // The constant 1 of every hidden vector, and the raw context of feed-context mode (§3.10).
@@ -395,239 +407,8 @@ __global__ void spin(int64_t cycles) {  // keeps the GPU busy while the host enq
     }
 }
 
-// ----------------------------------------------------------------------------------------------
-// Many sequences (n_seq > kFusedSeqs): per-unit products as tiled matrix products. Deterministic:
-// each output is summed by one thread in a fixed order (fused multiply-adds; no atomics).
-//   forward: out[q, r] = phi(sum_i W[r, i] x[q, i])            one block per (unit, 64 rows, 64 sequences)
-//   update:  g[r, i] = mean_q lr*delta[q, r] x_old[q, i];  V = fma(mu, V, g); W += V
-//                                                               one block per (unit, 64 rows, 64 columns)
-// The host lists the tiles (unit, first row[, first column]) once; blockIdx.x indexes that list.
-
-struct UnitW0 {  // rows k < H of W0; inputs x
-    __device__ static int64_t rows(const StepArgs& a, int64_t) { return a.hidden; }
-    __device__ static int64_t length(const StepArgs& a, int64_t u) { return a.x_off[u + 1] - a.x_off[u]; }
-    __device__ static int64_t weight_base(const StepArgs& a, int64_t u) { return a.w0_off[u]; }
-    __device__ static const float* input(const StepArgs& a, int slot, int64_t q, int64_t u) {
-        return a.x + (slot * a.n_seq + q) * a.x_total + a.x_off[u];
-    }
-    __device__ static float lr_delta(const StepArgs& a, int64_t q, int64_t row, int64_t u) {
-        return a.lr_delta_hidden[q * a.h_total + a.h_off[u] + row];
-    }
-    __device__ static float* output(const StepArgs& a, int slot, int64_t q, int64_t row, int64_t u) {
-        return a.h + (slot * a.n_seq + q) * a.h_total + a.h_off[u] + row;
-    }
-};
-
-struct UnitW1 {  // rows j < M of W1; inputs h
-    __device__ static int64_t rows(const StepArgs& a, int64_t u) { return a.y_off[u + 1] - a.y_off[u]; }
-    __device__ static int64_t length(const StepArgs& a, int64_t u) { return a.h_off[u + 1] - a.h_off[u]; }
-    __device__ static int64_t weight_base(const StepArgs& a, int64_t u) { return a.w1_off[u]; }
-    __device__ static const float* input(const StepArgs& a, int slot, int64_t q, int64_t u) {
-        return a.h + (slot * a.n_seq + q) * a.h_total + a.h_off[u];
-    }
-    __device__ static float lr_delta(const StepArgs& a, int64_t q, int64_t row, int64_t u) {
-        return __fmul_rn(a.unit_lr[u], a.delta_out[q * a.y_total + a.y_off[u] + row]);
-    }
-    __device__ static float* output(const StepArgs& a, int slot, int64_t q, int64_t row, int64_t u) {
-        return a.y + (slot * a.n_seq + q) * a.y_total + a.y_off[u] + row;
-    }
-};
-
-constexpr int kTile = 64, kDepth = 16, kMicro = 4;  // 64×64 outputs per block, 16 deep, 4×4 per thread
-constexpr int kLoads = kTile * kDepth / kThreads;   // slab elements each thread loads per operand
-static_assert(kTile / kMicro * kTile / kMicro == kThreads, "one micro-tile per thread");
-static_assert(kLoads * kThreads == kTile * kDepth, "slabs split evenly over the threads");
-
-template <class Unit>
-__global__ void __launch_bounds__(kThreads) gemm_forward(StepArgs a, const int32_t* __restrict__ tiles) {
-    __shared__ float Ws[kDepth][kTile + 1];
-    __shared__ float Xs[kDepth][kTile + 1];
-    const int64_t u = tiles[2 * blockIdx.x], row0 = tiles[2 * blockIdx.x + 1], q0 = int64_t{blockIdx.y} * kTile;
-    const int cur = ring_slot(*a.step);
-    const int64_t R = Unit::rows(a, u), L = Unit::length(a, u);
-    const float* __restrict__ W = a.weights + Unit::weight_base(a, u);
-    const int tx = threadIdx.x % (kTile / kMicro), ty = threadIdx.x / (kTile / kMicro);
-    float acc[kMicro][kMicro] = {};
-    // Software pipeline: the next slab's global loads are issued before this slab's products.
-    float w_next[kLoads], x_next[kLoads];
-    auto load = [&](int64_t i0) {
-#pragma unroll
-        for (int t = 0; t < kLoads; ++t) {
-            const int e = threadIdx.x + t * kThreads, r = e / kDepth, ii = e % kDepth;
-            const int64_t row = row0 + r, i = i0 + ii, q = q0 + r;
-            w_next[t] = (row < R && i < L) ? W[row * L + i] : 0.0f;
-            x_next[t] = (q < a.n_seq && i < L) ? Unit::input(a, cur, q, u)[i] : 0.0f;
-        }
-    };
-    load(0);
-    for (int64_t i0 = 0; i0 < L; i0 += kDepth) {
-#pragma unroll
-        for (int t = 0; t < kLoads; ++t) {
-            const int e = threadIdx.x + t * kThreads, r = e / kDepth, ii = e % kDepth;
-            Ws[ii][r] = w_next[t];
-            Xs[ii][r] = x_next[t];
-        }
-        __syncthreads();
-        if (i0 + kDepth < L) load(i0 + kDepth);
-#pragma unroll
-        for (int ii = 0; ii < kDepth; ++ii) {
-            float w[kMicro], x[kMicro];
-#pragma unroll
-            for (int m = 0; m < kMicro; ++m) {
-                w[m] = Ws[ii][ty + m * (kTile / kMicro)];
-                x[m] = Xs[ii][tx + m * (kTile / kMicro)];
-            }
-#pragma unroll
-            for (int m = 0; m < kMicro; ++m)
-#pragma unroll
-                for (int p = 0; p < kMicro; ++p) acc[m][p] = __fmaf_rn(w[m], x[p], acc[m][p]);
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int m = 0; m < kMicro; ++m)
-#pragma unroll
-        for (int p = 0; p < kMicro; ++p) {
-            const int64_t row = row0 + ty + m * (kTile / kMicro), q = q0 + tx + p * (kTile / kMicro);
-            if (row < R && q < a.n_seq) *Unit::output(a, cur, q, row, u) = activation(acc[m][p], a.polynomial);
-        }
-}
-
-template <class Unit>
-__global__ void __launch_bounds__(kThreads) gemm_update(StepArgs a, const int32_t* __restrict__ tiles) {
-    __shared__ float Ls[kDepth][kTile + 1];
-    __shared__ float Xs[kDepth][kTile + 1];
-    const int64_t u = tiles[3 * blockIdx.x], row0 = tiles[3 * blockIdx.x + 1], col0 = tiles[3 * blockIdx.x + 2];
-    const int old = ring_slot(*a.step - 2);
-    const int64_t R = Unit::rows(a, u), L = Unit::length(a, u);
-    float* __restrict__ W = a.weights + Unit::weight_base(a, u);
-    float* __restrict__ V = a.velocity + Unit::weight_base(a, u);
-    const float lr = a.unit_lr[u], mu = a.unit_mu[u];
-    const int tx = threadIdx.x % (kTile / kMicro), ty = threadIdx.x / (kTile / kMicro);
-    if (lr == 0.0f && mu == 0.0f) {  // a unit not yet enabled: its update is zero
-        for (int m = 0; m < kMicro; ++m)
-            for (int p = 0; p < kMicro; ++p) {
-                const int64_t row = row0 + ty + m * (kTile / kMicro), col = col0 + tx + p * (kTile / kMicro);
-                if (row < R && col < L && V[row * L + col] != 0.0f) V[row * L + col] = 0.0f;
-            }
-        return;
-    }
-    float g[kMicro][kMicro] = {};
-    float l_next[kLoads], x_next[kLoads];  // the next slab, loaded while this one is used
-    auto load = [&](int64_t q0) {
-#pragma unroll
-        for (int t = 0; t < kLoads; ++t) {
-            const int e = threadIdx.x + t * kThreads, qq = e / kTile, c = e % kTile;
-            const int64_t q = q0 + qq, row = row0 + c, col = col0 + c;
-            l_next[t] = (q < a.n_seq && row < R) ? Unit::lr_delta(a, q, row, u) : 0.0f;
-            x_next[t] = (q < a.n_seq && col < L) ? Unit::input(a, old, q, u)[col] : 0.0f;
-        }
-    };
-    load(0);
-    for (int64_t q0 = 0; q0 < a.n_seq; q0 += kDepth) {
-#pragma unroll
-        for (int t = 0; t < kLoads; ++t) {
-            const int e = threadIdx.x + t * kThreads, qq = e / kTile, c = e % kTile;
-            Ls[qq][c] = l_next[t];
-            Xs[qq][c] = x_next[t];
-        }
-        __syncthreads();
-        if (q0 + kDepth < a.n_seq) load(q0 + kDepth);
-#pragma unroll
-        for (int qq = 0; qq < kDepth; ++qq) {
-            float l[kMicro], x[kMicro];
-#pragma unroll
-            for (int m = 0; m < kMicro; ++m) {
-                l[m] = Ls[qq][ty + m * (kTile / kMicro)];
-                x[m] = Xs[qq][tx + m * (kTile / kMicro)];
-            }
-#pragma unroll
-            for (int m = 0; m < kMicro; ++m)
-#pragma unroll
-                for (int p = 0; p < kMicro; ++p) g[m][p] = __fmaf_rn(l[m], x[p], g[m][p]);
-        }
-        __syncthreads();
-    }
-    const float n = static_cast<float>(a.n_seq);
-#pragma unroll
-    for (int m = 0; m < kMicro; ++m)
-#pragma unroll
-        for (int p = 0; p < kMicro; ++p) {
-            const int64_t row = row0 + ty + m * (kTile / kMicro), col = col0 + tx + p * (kTile / kMicro);
-            if (row < R && col < L) {
-                const int64_t idx = row * L + col;
-                const float v = __fmaf_rn(mu, V[idx], __fdiv_rn(g[m][p], n));
-                W[idx] = __fadd_rn(W[idx], v);
-                V[idx] = v;
-            }
-        }
-}
-
 // Many sequences: this unit's squared errors (both halves, summed over sequences by output_deltas).
 __global__ void __launch_bounds__(kThreads) unit_errors(StepArgs a) { sum_unit_errors(a, blockIdx.x); }
-
-// Many sequences: eps[q, k] = sum_j delta_out[q, j] W1[j, k] (current W1) as a tiled product, then
-// lr * g(h(s-2)) * eps as hidden_deltas stores it. Block (unit, 64 sequences, 64 hidden columns).
-__global__ void __launch_bounds__(kThreads) gemm_hidden_deltas(StepArgs a) {
-    __shared__ float Ds[kDepth][kTile + 1];  // [j][q]
-    __shared__ float Ws[kDepth][kTile + 1];  // [j][k]
-    const int64_t u = blockIdx.x, q0 = int64_t{blockIdx.y} * kTile, k0 = int64_t{blockIdx.z} * kTile;
-    const int old = ring_slot(*a.step - 2);
-    const int64_t M = a.y_off[u + 1] - a.y_off[u], K = a.h_off[u + 1] - a.h_off[u], H = a.hidden;
-    const float* __restrict__ W1 = a.weights + a.w1_off[u];
-    const int tx = threadIdx.x % (kTile / kMicro), ty = threadIdx.x / (kTile / kMicro);
-    float acc[kMicro][kMicro] = {};
-    float d_next[kLoads], w_next[kLoads];  // the next slab, loaded while this one is used
-    auto load = [&](int64_t j0) {
-#pragma unroll
-        for (int t = 0; t < kLoads; ++t) {
-            const int e = threadIdx.x + t * kThreads;
-            const int c = e / kDepth, jj = e % kDepth;  // consecutive threads: consecutive outputs j of one sequence
-            const int64_t q = q0 + c, j = j0 + jj;
-            d_next[t] = (q < a.n_seq && j < M) ? a.delta_out[q * a.y_total + a.y_off[u] + j] : 0.0f;
-            const int jw = e / kTile, cw = e % kTile;  // consecutive threads: consecutive columns k of one row
-            const int64_t j2 = j0 + jw, k = k0 + cw;
-            w_next[t] = (j2 < M && k < H) ? W1[j2 * K + k] : 0.0f;
-        }
-    };
-    load(0);
-    for (int64_t j0 = 0; j0 < M; j0 += kDepth) {
-#pragma unroll
-        for (int t = 0; t < kLoads; ++t) {
-            const int e = threadIdx.x + t * kThreads;
-            Ds[e % kDepth][e / kDepth] = d_next[t];
-            Ws[e / kTile][e % kTile] = w_next[t];
-        }
-        __syncthreads();
-        if (j0 + kDepth < M) load(j0 + kDepth);
-#pragma unroll
-        for (int jj = 0; jj < kDepth; ++jj) {
-            float d[kMicro], w[kMicro];
-#pragma unroll
-            for (int m = 0; m < kMicro; ++m) {
-                d[m] = Ds[jj][ty + m * (kTile / kMicro)];
-                w[m] = Ws[jj][tx + m * (kTile / kMicro)];
-            }
-#pragma unroll
-            for (int m = 0; m < kMicro; ++m)
-#pragma unroll
-                for (int p = 0; p < kMicro; ++p) acc[m][p] = __fmaf_rn(d[m], w[p], acc[m][p]);
-        }
-        __syncthreads();
-    }
-    const float lr = a.unit_lr[u];
-#pragma unroll
-    for (int m = 0; m < kMicro; ++m)
-#pragma unroll
-        for (int p = 0; p < kMicro; ++p) {
-            const int64_t q = q0 + ty + m * (kTile / kMicro), k = k0 + tx + p * (kTile / kMicro);
-            if (q < a.n_seq && k < H) {
-                const float ho = a.h[(old * a.n_seq + q) * a.h_total + a.h_off[u] + k];
-                const float dh = delta(ho, acc[m][p], a.polynomial, static_cast<Derivative>(a.derivative));
-                a.lr_delta_hidden[q * a.h_total + a.h_off[u] + k] = __fmul_rn(lr, dh);
-            }
-        }
-}
 
 __global__ void fill(float* p, int64_t n, float value) {
     for (int64_t i = global_thread(); i < n; i += grid_threads()) p[i] = value;

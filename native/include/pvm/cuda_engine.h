@@ -1,5 +1,6 @@
-// The native engine on one CUDA GPU. One step is seven kernels (assemble inputs, output deltas,
-// metrics, hidden deltas, the fused W0 pass, the fused W1 pass, advance the step counter), captured
+// The native engine on one CUDA GPU. One step is a handful of kernels (up to 4 sequences: assemble
+// inputs, output deltas, hidden deltas, metrics, the fused W0 pass, the fused W1 pass, advance the
+// step counter; more sequences: tiled matrix products in place of the passes), captured
 // once as a CUDA graph and replayed. The step counter and the per-unit rates live in device memory
 // and are read by the kernels, so replaying the graph never freezes them.
 #pragma once
@@ -19,6 +20,9 @@
 namespace pvm {
 
 class CudaGraph;
+namespace kernels {
+struct StepArgs;
+}
 
 class CudaEngine final : public Engine {
 public:
@@ -46,6 +50,8 @@ private:
     // Enqueue one step's kernels; mark(phase) is called after each phase (for profiling).
     template <class Pixel, class Mark>
     void enqueue_step(const Pixel* d_frames, Mark&& mark);
+    template <class Mark>
+    void enqueue_products(const kernels::StepArgs& a, Mark& mark);
     template <class Pixel>
     Pixel* upload_frames(const Pixel* frames);
     DeviceBuffer<float>& buffer(const std::string& name);
@@ -60,8 +66,9 @@ private:
     DeviceBuffer<int8_t> x_kind_;
     DeviceBuffer<int32_t> y_unit_;
     DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
-    // Tiles of the many-sequence products: (unit, row0) for the forward, (unit, row0, col0) for the update.
-    DeviceBuffer<int32_t> forward_tiles_w0_, forward_tiles_w1_, update_tiles_w0_, update_tiles_w1_;
+    // Tiles of the many-sequence products (tiled_products.cuh): (unit, first m, first n), heaviest first.
+    // Tiles of the many-sequence products (tiled_products.cuh): (unit, first m, first n), longest sums first.
+    DeviceBuffer<int32_t> w0_forward_, w1_forward_, hidden_deltas_, w0_update_, w1_update_;
 
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
