@@ -37,42 +37,38 @@ using NarrowDeepTiles = TileShape<4, 16, 3>;   // W1 forward 190 (wide: 236)
 
 // ---- the products ----------------------------------------------------------------------------
 
-// h(s)[q, row] = phi(sum_i W0[row, i] x(s)[q, i]), m = row, n = q.
-struct W0Forward {
+// A forward product of one unit: out(s)[q, m] = phi(sum_k W[m, k] in(s)[q, k]), n = q. The rings'
+// slot s and the unit's offsets are resolved once, in the constructor.
+struct Forward {
     static constexpr bool kAAlongK = true, kBAlongK = true, kUpdate = false;
-    using Tiles = WideTiles;
-    const StepArgs& a;
-    int64_t u, M, N, K;
-    int cur;
-    const float *W, *x;
-    __device__ W0Forward(const StepArgs& args, int64_t unit)
-        : a(args), u(unit), M(args.hidden), N(args.n_seq), K(args.x_off[unit + 1] - args.x_off[unit]),
-          cur(ring_slot(*args.step)), W(args.weights + args.w0_off[unit]),
-          x(args.x + cur * args.n_seq * args.x_total + args.x_off[unit]) {}
-    __device__ float load_a(int64_t i, int64_t row) const { return W[row * K + i]; }
-    __device__ float load_b(int64_t i, int64_t q) const { return x[q * a.x_total + i]; }
-    __device__ void finish(int64_t row, int64_t q, float sum) const {
-        a.h[(cur * a.n_seq + q) * a.h_total + a.h_off[u] + row] = activation(sum, a.polynomial);
-    }
+    int64_t M, N, K, in_stride, out_stride;
+    const float *W, *in;
+    float* out;
+    bool polynomial;
+    __device__ Forward(const StepArgs& a, int64_t rows, int64_t length, int64_t weight_base, const float* in_ring,
+                       int64_t in_stride, float* out_ring, int64_t out_stride)
+        : M(rows), N(a.n_seq), K(length), in_stride(in_stride), out_stride(out_stride), W(a.weights + weight_base),
+          in(in_ring + ring_slot(*a.step) * a.n_seq * in_stride), out(out_ring + ring_slot(*a.step) * a.n_seq * out_stride),
+          polynomial(a.polynomial) {}
+    __device__ float load_a(int64_t k, int64_t m) const { return W[m * K + k]; }
+    __device__ float load_b(int64_t k, int64_t q) const { return in[q * in_stride + k]; }
+    __device__ void finish(int64_t m, int64_t q, float sum) const { out[q * out_stride + m] = activation(sum, polynomial); }
 };
 
-// y(s)[q, j] = phi(sum_k W1[j, k] h(s)[q, k]), m = j, n = q.
-struct W1Forward {
-    static constexpr bool kAAlongK = true, kBAlongK = true, kUpdate = false;
+// h(s) = phi(W0 x(s)): m = hidden row, k = input i.
+struct W0Forward : Forward {
+    using Tiles = WideTiles;
+    __device__ W0Forward(const StepArgs& a, int64_t u)
+        : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], a.w0_off[u], a.x + a.x_off[u], a.x_total, a.h + a.h_off[u],
+                  a.h_total) {}
+};
+
+// y(s) = phi(W1 h(s)): m = output j, k = hidden k.
+struct W1Forward : Forward {
     using Tiles = NarrowDeepTiles;
-    const StepArgs& a;
-    int64_t u, M, N, K;
-    int cur;
-    const float *W, *h;
-    __device__ W1Forward(const StepArgs& args, int64_t unit)
-        : a(args), u(unit), M(args.y_off[unit + 1] - args.y_off[unit]), N(args.n_seq),
-          K(args.h_off[unit + 1] - args.h_off[unit]), cur(ring_slot(*args.step)), W(args.weights + args.w1_off[unit]),
-          h(args.h + cur * args.n_seq * args.h_total + args.h_off[unit]) {}
-    __device__ float load_a(int64_t k, int64_t j) const { return W[j * K + k]; }
-    __device__ float load_b(int64_t k, int64_t q) const { return h[q * a.h_total + k]; }
-    __device__ void finish(int64_t j, int64_t q, float sum) const {
-        a.y[(cur * a.n_seq + q) * a.y_total + a.y_off[u] + j] = activation(sum, a.polynomial);
-    }
+    __device__ W1Forward(const StepArgs& a, int64_t u)
+        : Forward(a, a.y_off[u + 1] - a.y_off[u], a.h_off[u + 1] - a.h_off[u], a.w1_off[u], a.h + a.h_off[u], a.h_total,
+                  a.y + a.y_off[u], a.y_total) {}
 };
 
 // eps[q, k] = sum_j delta_out[q, j] W1[j, k] with the current W1, stored as lr * g(h(s-2)) * eps
@@ -81,21 +77,21 @@ struct HiddenDeltas {
     static constexpr bool kAAlongK = false, kBAlongK = true, kUpdate = false;
     using Tiles = NarrowTiles;
     const StepArgs& a;
-    int64_t u, M, N, K, cols;
-    int old;
-    const float *W, *d;
+    int64_t M, N, K, cols;
+    const float *W, *d, *h_old;
+    float* out;
     float lr;
     __device__ HiddenDeltas(const StepArgs& args, int64_t unit)
-        : a(args), u(unit), M(args.hidden), N(args.n_seq), K(args.y_off[unit + 1] - args.y_off[unit]),
-          cols(args.h_off[unit + 1] - args.h_off[unit]), old(ring_slot(*args.step - 2)),
-          W(args.weights + args.w1_off[unit]), d(args.delta_out + args.y_off[unit]), lr(args.unit_lr[unit]) {}
+        : a(args), M(args.hidden), N(args.n_seq), K(args.y_off[unit + 1] - args.y_off[unit]),
+          cols(args.h_off[unit + 1] - args.h_off[unit]), W(args.weights + args.w1_off[unit]),
+          d(args.delta_out + args.y_off[unit]),
+          h_old(args.h + ring_slot(*args.step - 2) * args.n_seq * args.h_total + args.h_off[unit]),
+          out(args.lr_delta_hidden + args.h_off[unit]), lr(args.unit_lr[unit]) {}
     __device__ float load_a(int64_t j, int64_t k) const { return W[j * cols + k]; }
     __device__ float load_b(int64_t j, int64_t q) const { return d[q * a.y_total + j]; }
     __device__ void finish(int64_t k, int64_t q, float eps) const {
-        const int64_t at = a.h_off[u] + k;
-        const float dh = delta(a.h[(old * a.n_seq + q) * a.h_total + at], eps, a.polynomial,
-                               static_cast<Derivative>(a.derivative));
-        a.lr_delta_hidden[q * a.h_total + at] = __fmul_rn(lr, dh);
+        const float dh = delta(h_old[q * a.h_total + k], eps, a.polynomial, static_cast<Derivative>(a.derivative));
+        out[q * a.h_total + k] = __fmul_rn(lr, dh);
     }
 };
 
