@@ -30,7 +30,7 @@ def random_frames(spec, n_steps: int, n_seq: int = 1, seed: int = 0) -> np.ndarr
 
 
 def cli_command() -> list[str]:
-    """The installed ``pvm-dist`` script beside this Python, else ``python -m pvm_dist.cli``.
+    """The installed ``pvm-dist`` script beside this Python, else ``python -m pvm_dist.cli.main``.
 
     The script does not put the working directory on sys.path, so tests run from the checkout
     still exercise the installed package (with its native module).
@@ -38,7 +38,7 @@ def cli_command() -> list[str]:
     import sys
 
     script = Path(sys.executable).parent / "pvm-dist"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "pvm_dist.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pvm_dist.cli.main"]
 
 
 def native_cuda_available() -> bool:

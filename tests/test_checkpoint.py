@@ -1,4 +1,4 @@
-"""Tests for pvm_dist.checkpoint: round trip, on-disk layout, damage detection, atomic writes.
+"""Tests for pvm_dist.io.checkpoint: round trip, on-disk layout, damage detection, atomic writes.
 
 Truncation policy under test: a file that ends early is reported as "truncated",
 including an empty file and one holding only part of the magic; only a file whose
@@ -8,7 +8,6 @@ first 8 bytes are something else is "not a pvm-dist checkpoint".
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import pickle
@@ -21,20 +20,7 @@ import numpy as np
 import pytest
 
 
-def _load_module():
-    """Import pvm_dist/checkpoint.py by path so the test does not need the whole package."""
-    if "pvm_dist.checkpoint" in sys.modules:
-        return sys.modules["pvm_dist.checkpoint"]
-    path = Path(__file__).resolve().parents[1] / "pvm_dist" / "checkpoint.py"
-    spec = importlib.util.spec_from_file_location("_pvm_dist_checkpoint_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ckpt = _load_module()
+from pvm_dist.io import checkpoint as ckpt  # noqa: E402
 CheckpointError = ckpt.CheckpointError
 
 SPEC = {

@@ -57,7 +57,7 @@ def test_compare_table_and_errors(store):
 
 
 def test_a_value_logged_under_several_names_is_shown_once():
-    from pvm_dist.compare import RunRow, differing_params
+    from pvm_dist.tracking.compare import RunRow, differing_params
 
     def row(lr: str, seed: str) -> RunRow:
         return RunRow("id", "n", "FINISHED", {"varied.lr": lr, "spec.lr": lr, "overrides.lr": lr, "seed": seed,

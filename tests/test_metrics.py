@@ -8,7 +8,7 @@ from conftest import random_frames
 
 from pvm_dist import build_engine, load_spec
 from pvm_dist.engine.native import native_module
-from pvm_dist.metrics import CopyLastFrameBaseline, rmse_pixels, summarize
+from pvm_dist.run.metrics import CopyLastFrameBaseline, rmse_pixels, summarize
 
 BACKENDS = ["reference"] + (["native"] if native_module() is not None else [])
 

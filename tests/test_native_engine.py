@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from conftest import random_frames
 
-from pvm_dist import build_engine, checkpoint, load_spec
+from pvm_dist import build_engine, load_spec
+from pvm_dist.io import checkpoint
 from pvm_dist.engine.native import native_module
 
 pytestmark = pytest.mark.skipif(native_module() is None, reason="the native module is not built")

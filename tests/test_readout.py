@@ -1,4 +1,4 @@
-"""Tests for pvm_dist.readout: sizes, initialisation, pixel layout, the gradient step, state,
+"""Tests for pvm_dist.model.readout: sizes, initialisation, pixel layout, the gradient step, state,
 batch semantics, the evaluation and schedule helpers, and that it learns from real PVM states."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import pvm_dist
-from pvm_dist import checkpoint
-from pvm_dist.readout import Readout, chance_scores, decode, hit_rate, iou, readout_learning_rate, readout_trains
+from pvm_dist.io import checkpoint
+from pvm_dist.model.readout import Readout, chance_scores, decode, hit_rate, iou, readout_learning_rate, readout_trains
 
 
 @pytest.fixture(scope="module")

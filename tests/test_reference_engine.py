@@ -7,7 +7,7 @@ import pytest
 from conftest import random_frames
 
 from pvm_dist import build_engine, load_spec
-from pvm_dist.engine.numerics import initial_weights
+from pvm_dist.model.numerics import initial_weights
 
 # One unit, one pixel, one hidden neuron: input [σ(s), σ(s−1), κ(h(s−1)), 1], hidden [h, 1],
 # outputs [two-step, one-step]. Small enough to compute by hand.

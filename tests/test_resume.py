@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from conftest import random_frames
 
-from pvm_dist import build_engine, checkpoint, load_spec
+from pvm_dist import build_engine, load_spec
+from pvm_dist.io import checkpoint
 
 
 @pytest.mark.parametrize("n_seq,k", [(1, 7), (3, 25)])

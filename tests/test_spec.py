@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import ZOO, ZOO_NAMES
 
-from pvm_dist.spec import INERT_KEYS, SpecError, load_spec, zoo_names
+from pvm_dist.model.spec import INERT_KEYS, SpecError, load_spec, zoo_names
 
 
 @pytest.mark.parametrize("name", ZOO_NAMES)

@@ -8,8 +8,8 @@ import json
 import pytest
 from sweep_helpers import events, of, run, sweep_dir, sweep_file, trial_runs
 
-from pvm_dist.dist.asha import SuccessiveHalving
-from pvm_dist.dist.journal import FAILED, FINISHED, PENDING, RUNNING, SweepFolder
+from pvm_dist.sweep.asha import SuccessiveHalving
+from pvm_dist.sweep.journal import FAILED, FINISHED, PENDING, RUNNING, SweepFolder
 
 # ---- successive halving ---------------------------------------------------------------------------
 
@@ -139,7 +139,7 @@ def test_local_sweep_with_early_stopping_against_a_tracking_server(tmp_path):
         assert trials["t001"].data.tags["sweep_status"] == "STOPPED"
         # The checkpoint reached the server's artifact store: any machine can fetch it from there.
         local = client.download_artifacts(trials["t000"].info.run_id, "checkpoints/checkpoint.pvmckpt", str(tmp_path))
-        from pvm_dist import checkpoint
+        from pvm_dist.io import checkpoint
 
         assert checkpoint.load(local).step == 600
         from conftest import cli_command

@@ -14,7 +14,7 @@ import pytest
 from sweep_helpers import (RAY_ENV, driver_output, events, mlflow_runs, of, run, start, sweep_dir,
                            sweep_file, trial_runs, wait_for)
 
-from pvm_dist import checkpoint
+from pvm_dist.io import checkpoint
 
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
@@ -55,7 +55,7 @@ def straight_run(trial_spec: str, overrides: dict, seed: int, n_seq: int, steps:
     """The same trial trained in one go, in this process (the native CPU engine is deterministic)."""
     from pvm_dist.data import make_source
     from pvm_dist.engine import build_engine
-    from pvm_dist.spec import load_spec
+    from pvm_dist.model.spec import load_spec
 
     spec = load_spec(trial_spec).with_overrides(overrides)
     engine = build_engine(spec, backend="native", n_seq=n_seq, seed=seed, device="cpu")

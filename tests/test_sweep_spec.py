@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, ZOO
 
-from pvm_dist.dist.sweep_spec import EarlyStopping, SweepError, Trial, load_sweep
+from pvm_dist.sweep.plan import EarlyStopping, SweepError, Trial, load_sweep
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from conftest import ZOO
 
-from pvm_dist.spec import load_spec
-from pvm_dist.topology import build_topology
+from pvm_dist.model.spec import load_spec
+from pvm_dist.model.topology import build_topology
 
 # name: (units, W0, W1, Σ(N+1), ΣM, readout weights), from the table of §7.
 TABLE = {

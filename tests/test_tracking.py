@@ -1,4 +1,4 @@
-"""Tests for pvm_dist.tracking: MLflow logging into a SQLite store and through a real ``mlflow server``,
+"""Tests for pvm_dist.tracking.tracker: MLflow logging into a SQLite store and through a real ``mlflow server``,
 and the outage behaviour (server killed mid-run and restarted, server dead from the start).
 
 The HTTP tests start ``mlflow server`` subprocesses on 127.0.0.1 (about 6 s each on 2 cores); the whole file
@@ -23,7 +23,7 @@ from mlflow import MlflowClient  # noqa: E402
 
 from mlflow_server import MlflowServer, free_port  # noqa: E402
 
-from pvm_dist import tracking  # noqa: E402
+from pvm_dist.tracking import tracker as tracking  # noqa: E402
 
 Tracker = tracking.Tracker
 TrackingWarning = tracking.TrackingWarning

@@ -13,7 +13,7 @@ import pytest
 from conftest import cli_command
 from mlflow_server import MlflowServer
 
-from pvm_dist import checkpoint
+from pvm_dist.io import checkpoint
 from pvm_dist.data.synthetic import BarSource
 
 mlflow = pytest.importorskip("mlflow")

@@ -1,4 +1,4 @@
-"""Pictures and animations (pvm_dist.viz) of a tiny engine trained a few steps."""
+"""Pictures and animations (pvm_dist.io.pictures) of a tiny engine trained a few steps."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from conftest import random_frames
 
 from pvm_dist import build_engine, load_spec
-from pvm_dist.viz import (
+from pvm_dist.io.pictures import (
     BOX,
     SEPARATOR,
     Animation,

@@ -1,0 +1,3 @@
+"""The package version, importable from every layer without importing the package's engines."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,66 @@
+"""``pvm-dist doctor``: what this installation can do, gathered without importing heavy packages."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+from pvm_dist._version import __version__
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _nvidia_smi_gpus() -> list[str] | str:
+    """GPU names as the driver reports them, or why none could be listed."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return "nvidia-smi not found (no NVIDIA driver)"
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"nvidia-smi failed: {exc}"
+    if out.returncode != 0:
+        return f"nvidia-smi failed: {(out.stderr or out.stdout).strip().splitlines()[:1]}"
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def collect() -> dict[str, Any]:
+    """A JSON-able report: versions, native module status, GPUs seen."""
+    from pvm_dist.engine.native import build_info
+
+    native = build_info()
+    native_view: dict[str, Any] = {"available": native.get("available", False)}
+    if native_view["available"]:
+        native_view["compiler"] = native.get("compiler")
+        native_view["cuda_compiled"] = native.get("cuda_compiled")
+        native_view["cuda_architectures"] = native.get("cuda_architectures")
+        native_view["cuda_runtime"] = native.get("cuda_runtime_version")
+        native_view["cuda_devices"] = [f"{d['index']}: {d['name']} (sm {d['compute_capability']})" for d in native.get("devices", [])]
+        if native.get("cuda_error"):
+            native_view["cuda_error"] = native["cuda_error"]
+    else:
+        native_view["error"] = native.get("error")
+        native_view["note"] = "the reference (numpy) engine still works; reinstall with a C++ compiler to build it"
+    return {
+        "pvm_dist": __version__,
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "platform": platform.platform(),
+        "numpy": _version("numpy"),
+        "native_module": native_view,
+        "gpus_seen": _nvidia_smi_gpus(),
+        "cupy": _version("cupy-cuda12x") if _version("cupy-cuda12x") != "not installed" else _version("cupy"),
+        "ray": _version("ray"),
+        "mlflow": _version("mlflow"),
+        "opencv": _version("opencv-python-headless") if _version("opencv-python-headless") != "not installed" else _version("opencv-python"),
+        "typer": _version("typer"),
+    }

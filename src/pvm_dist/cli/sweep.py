@@ -1,0 +1,193 @@
+"""``pvm-dist sweep``: run, resume and watch sweeps (the typer sub-app the main CLI mounts)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from pvm_dist.sweep.journal import DEFAULT_ROOT
+
+sweep_app = typer.Typer(help="Hyperparameter and model-zoo sweeps on Ray (local, or a cluster with --address).",
+                        no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
+
+ROOT_HELP = "Folder of sweep journals and trial checkpoints."
+EXIT_INTERRUPTED, EXIT_FAILED = 130, 3
+
+
+def _echo_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=str))
+
+
+def plan_rows(sweep: Any) -> list[dict[str, Any]]:
+    """The trial plan as printable rows (what ``--dry-run`` and ``validate`` show)."""
+    from pvm_dist.model.spec import load_spec
+    from pvm_dist.model.topology import build_topology
+
+    weights: dict[str, int] = {}
+    out = []
+    for t in sweep.plan():
+        if t.spec not in weights:
+            weights[t.spec] = build_topology(load_spec(t.spec)).n_weights
+        out.append({"trial_id": t.trial_id, "spec": t.spec, "varied": t.varied, "seed": t.seed,
+                    "weights": weights[t.spec]})
+    return out
+
+
+def print_plan(sweep: Any, as_json: bool) -> None:
+    rows = plan_rows(sweep)
+    frames = len(rows) * sweep.steps * sweep.n_seq
+    if as_json:
+        _echo_json({"sweep": sweep.name, "source": sweep.source, "trials": rows, "steps_per_trial": sweep.steps,
+                    "n_seq": sweep.n_seq, "total_frames": frames, "metric": sweep.metric, "mode": sweep.mode,
+                    "early_stopping": sweep.early_stopping and sweep.early_stopping.milestones(sweep.steps)})
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    keys = list(dict.fromkeys(k for r in rows for k in r["varied"]))
+    tab = Table(title=f"{sweep.name}: {len(rows)} trials × {sweep.steps:,} steps × n_seq {sweep.n_seq}", show_edge=False)
+    for col in ["trial", "spec", *keys, "seed", "weights"]:
+        tab.add_column(col, justify="left" if col in ("trial", "spec") else "right")
+    for r in rows:
+        tab.add_row(r["trial_id"], r["spec"], *[str(r["varied"].get(k, "")) for k in keys], str(r["seed"]),
+                    f"{r['weights']:,}")
+    con = Console()
+    con.print(tab)
+    es = sweep.early_stopping
+    con.print(f"metric {sweep.metric} ({sweep.mode}); checkpoints every {sweep.checkpoint_every:,} steps; "
+              f"data {sweep.data}; backend {sweep.backend}; failure budget {sweep.max_failures}"
+              + (f"; ASHA at steps {', '.join(f'{m:,}' for m in es.milestones(sweep.steps))} (keep 1/{es.reduction_factor})"
+                 if es else ""))
+    con.print(f"{frames:,} frames in all")
+
+
+@sweep_app.command("run")
+def run(
+    file: Annotated[Path, typer.Argument(help="Sweep file (YAML), e.g. experiments/quickstart.yaml.")],
+    address: Annotated[str | None, typer.Option("--address", help="Ray cluster: auto, HOST:PORT or ray://HOST:10001 (default: start a local one).")] = None,
+    mlflow_uri: Annotated[str | None, typer.Option("--mlflow", help="MLflow tracking URI (default: ./mlflow.db).")] = None,
+    experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: the sweep's name).")] = None,
+    max_concurrent: Annotated[int | None, typer.Option("--max-concurrent", help="At most this many trials at once (workers).", min=1)] = None,
+    root: Annotated[Path, typer.Option("--root", help=ROOT_HELP)] = DEFAULT_ROOT,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the trial plan and exit.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="No live table; print the outcome as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live table.")] = False,
+) -> None:
+    """Run a sweep: one Ray worker per GPU (CPU workers without GPUs), a nested MLflow run per trial.
+
+    Shows a live table of trials. Ctrl-C checkpoints the running trials and prints the resume command;
+    `pvm-dist sweep status ID` watches from another terminal.
+    """
+    from pvm_dist.sweep.driver import DriverOptions, run_sweep
+    from pvm_dist.sweep.plan import load_sweep
+
+    sweep = load_sweep(file)
+    if dry_run:
+        print_plan(sweep, as_json)
+        return
+    opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, experiment=experiment, max_concurrent=max_concurrent,
+                         root=root)
+    _finish(_with_live_table(lambda: run_sweep(sweep, opts), opts, show=not (as_json or quiet)), as_json, root)
+
+
+@sweep_app.command("resume")
+def resume(
+    sweep_id: Annotated[str, typer.Argument(help="The sweep's id (its folder name under --root).")],
+    address: Annotated[str | None, typer.Option("--address", help="Ray cluster (default: start a local one).")] = None,
+    mlflow_uri: Annotated[str | None, typer.Option("--mlflow", help="MLflow tracking URI (default: the one the sweep used).")] = None,
+    max_concurrent: Annotated[int | None, typer.Option("--max-concurrent", help="At most this many trials at once.", min=1)] = None,
+    root: Annotated[Path, typer.Option("--root", help=ROOT_HELP)] = DEFAULT_ROOT,
+    as_json: Annotated[bool, typer.Option("--json", help="No live table; print the outcome as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live table.")] = False,
+) -> None:
+    """Continue a sweep after its driver stopped: finished trials are kept, the others continue from their
+    last checkpoints in the same MLflow runs."""
+    from pvm_dist.sweep.driver import DriverOptions, resume_sweep
+
+    opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, max_concurrent=max_concurrent, root=root)
+    _finish(_with_live_table(lambda: resume_sweep(sweep_id, opts), opts, show=not (as_json or quiet)), as_json, root)
+
+
+@sweep_app.command("status")
+def status(
+    sweep_id: Annotated[str | None, typer.Argument(help="The sweep's id (default: the newest under --root).")] = None,
+    root: Annotated[Path, typer.Option("--root", help=ROOT_HELP)] = DEFAULT_ROOT,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """A sweep's trials (status, step, fps, metric, ETA, where) from its journal; works while it runs."""
+    from pvm_dist.sweep import progress
+    from pvm_dist.sweep.journal import SweepFolder, SweepNotFound
+    from pvm_dist.sweep.plan import load_sweep
+
+    if sweep_id is None:
+        found = sorted(Path(root).glob("*/sweep.json"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise SweepNotFound(f"no sweeps under {Path(root).resolve()}")
+        sweep_id = found[-1].parent.name
+    folder = SweepFolder.open(root, sweep_id)
+    definition = folder.definition()
+    sweep = load_sweep(definition["sweep"])
+    state = folder.state()
+    trials = definition["trials"]
+    if as_json:
+        _echo_json({"sweep_id": sweep_id, **progress.summary(state, trials, sweep.steps, sweep.metric, sweep.mode)})
+        return
+    from rich.console import Console
+
+    Console().print(progress.table(state, trials, sweep.steps, sweep.metric, f"{sweep_id} · {state.status}"))
+    if state.reason:
+        typer.echo(f"reason: {state.reason}")
+
+
+def _with_live_table(start: Any, opts: Any, show: bool) -> Any:
+    if not show:
+        # Keep stdout for the JSON outcome: MLflow prints "View run ..." lines there for HTTP trackers.
+        with contextlib.redirect_stdout(sys.stderr):
+            return start()
+    from rich.live import Live
+
+    from pvm_dist.sweep import progress
+
+    with Live(refresh_per_second=4, transient=False) as live:
+        def update(driver: Any) -> None:
+            trials = [t.to_dict() for t in driver.trials.values()]
+            live.update(progress.table(driver.state, trials, driver.sweep.steps, driver.sweep.metric,
+                                       f"{driver.folder.sweep_id} · {driver.experiment}"))
+
+        opts.on_update = update
+        outcome = start()
+    typer.echo("")
+    return outcome
+
+
+def _finish(outcome: Any, as_json: bool, root: Path) -> None:
+    resume_cmd = f"pvm-dist sweep resume {outcome.sweep_id}" + ("" if Path(root) == DEFAULT_ROOT else f" --root {root}")
+    if as_json:
+        _echo_json({**outcome.to_dict(), "resume_command": resume_cmd if outcome.status != "FINISHED" else None})
+    else:
+        counts = Counter(t["status"] for t in outcome.trials)
+        typer.echo(f"sweep {outcome.sweep_id}: {outcome.status.lower()}; "
+                   + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
+                   + f"; {outcome.seconds:.1f} s, {outcome.frames_per_s:,.0f} frames/s aggregate"
+                   + (f"; warm trial start {outcome.warm_start_s * 1e3:.0f} ms" if outcome.warm_start_s else ""))
+        if outcome.best:
+            b = outcome.best
+            varied = ", ".join(f"{k}={v}" for k, v in b["varied"].items()) or "no varied values"
+            typer.echo(f"best trial {b['trial_id']} ({varied}): metric {b['metric']:.4g} at step {b['step']:,}; "
+                       f"MLflow run {b['run_id']}")
+        typer.echo(f"parent run {outcome.parent_run_id} in experiment '{outcome.experiment}' at {outcome.mlflow_uri}")
+        typer.echo(f"compare: pvm-dist compare '{outcome.experiment}' --mlflow {outcome.mlflow_uri}")
+        typer.echo(f"journal and checkpoints: {outcome.folder}")
+    if outcome.status == "INTERRUPTED":
+        typer.echo(f"interrupted; resume with: {resume_cmd}", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if outcome.status == "FAILED":
+        typer.echo(f"pvm-dist: sweep failed: {outcome.reason}; after fixing the cause, resume with: {resume_cmd}",
+                   err=True)
+        raise typer.Exit(EXIT_FAILED)

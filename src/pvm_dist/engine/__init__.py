@@ -1,0 +1,40 @@
+"""Engines: the numpy reference (the executable specification) and the native C++/CUDA engine.
+
+Both implement the same API (architecture.md §2); :func:`build_engine` picks one by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BACKENDS = ("auto", "reference", "native")
+
+
+def build_engine(spec: Any, backend: str = "reference", n_seq: int = 1, seed: int = 0, device: Any = None) -> Any:
+    """Build an engine for ``spec`` (a Spec, a path, a zoo name or a dict) training ``n_seq`` sequences.
+
+    ``backend="auto"`` takes the native engine where it is built (on ``device``, default: a CUDA GPU
+    if one is visible, else the CPU) and the numpy reference engine otherwise.
+    """
+    from pvm_dist.model.spec import load_spec
+
+    spec = load_spec(spec)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if isinstance(n_seq, bool) or not isinstance(n_seq, int) or n_seq < 1:
+        raise ValueError(f"n_seq must be a positive integer, got {n_seq!r}")
+    if backend == "native" or (backend == "auto" and _native_available()):
+        from pvm_dist.engine.native_engine import NativeEngine
+
+        return NativeEngine(spec, n_seq=n_seq, seed=seed, device=device)
+    if device not in (None, "cpu"):
+        raise ValueError(f"the reference engine runs on the CPU only, not on device {device!r}")
+    from pvm_dist.engine.reference import ReferenceEngine
+
+    return ReferenceEngine(spec, n_seq=n_seq, seed=seed)
+
+
+def _native_available() -> bool:
+    from pvm_dist.engine.native import native_module
+
+    return native_module() is not None

@@ -1,0 +1,106 @@
+"""What every engine shares: frame checks, the schedule, the run loop and the metrics dictionary."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from pvm_dist.model.schedule import ScheduleEvent, apply_events, events_at
+from pvm_dist.model.spec import Spec
+from pvm_dist.model.topology import Topology
+
+RING = 3  # ring slots s mod 3: the update at s needs s−2, the input assembly s−1
+
+
+class EngineBase:
+    """The engine API of architecture.md §2, less the step itself."""
+
+    backend = "base"
+
+    def __init__(self, spec: Spec, topology: Topology, n_seq: int, seed: int) -> None:
+        self.spec, self.topo, self.n_seq, self.seed = spec, topology, n_seq, seed
+        self.unit_lr = np.zeros(topology.n_units, np.float32)
+        self.unit_momentum = np.zeros(topology.n_units, np.float32)
+        self.events: list[ScheduleEvent] = []
+        self.frozen = False
+        arrays = topology.native_arrays()
+        self._metric_count = np.bincount(arrays["y_bin"], minlength=2 * spec.n_layers).astype(np.float64)
+
+    def run(self, n_steps: int, source: Iterable[np.ndarray] | Callable[[int], np.ndarray]) -> None:
+        """Train ``n_steps`` steps on frames from an iterator, or a callable taking the step index."""
+        if callable(source):
+            for _ in range(n_steps):
+                self.step(source(self.step_index))
+            return
+        frames_iter = iter(source)
+        for _ in range(n_steps):
+            self.step(next(frames_iter))
+
+    def step(self, frames: np.ndarray) -> None:  # pragma: no cover - every engine defines it
+        raise NotImplementedError
+
+    @property
+    def step_index(self) -> int:  # pragma: no cover
+        raise NotImplementedError
+
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shapes of the state arrays every backend reads and writes (the layout of architecture.md §2)."""
+        T, n = self.topo, self.n_seq
+        return {"weights": (T.n_weights,), "momentum": (T.n_weights,), "unit_learning_rate": (T.n_units,),
+                "unit_momentum": (T.n_units,), "x_ring": (RING, n, T.x_total), "h_ring": (RING, n, T.h_total),
+                "y_ring": (RING, n, T.y_total)}
+
+    def _check_state(self, state: dict[str, Any]) -> None:
+        """Raise ValueError unless ``state`` has every array of :meth:`state_shapes`, shaped for this engine."""
+        for key, shape in self.state_shapes().items():
+            if key not in state:
+                raise ValueError(f"engine state lacks '{key}'")
+            if np.shape(state[key]) != shape:
+                raise ValueError(f"engine state '{key}' has shape {np.shape(state[key])}, this engine needs {shape}")
+
+    def _check_frames(self, frames: np.ndarray) -> np.ndarray:
+        frames = np.asarray(frames)
+        want = (self.n_seq, *self.spec.image_shape)
+        if frames.shape != want:
+            raise ValueError(f"frames have shape {frames.shape}, this engine needs {want} ([n_seq, D, D, C])")
+        if frames.dtype not in (np.uint8, np.float32):
+            raise TypeError(f"frames must be uint8 (BGR) or float32 in [0, 1], got {frames.dtype}")
+        return frames
+
+    def freeze(self) -> None:
+        """Stop learning (for evaluation): every rate and momentum 0, the schedule ignored.
+
+        With η = μ = 0 a step leaves the weights unchanged and zeroes the velocity (§3.7), so a frozen
+        engine still runs forward passes, fills its rings and measures its prediction error.
+        """
+        self.frozen = True
+        self.unit_lr[:] = 0
+        self.unit_momentum[:] = 0
+        self._rates_changed()
+
+    def _rates_changed(self) -> None:
+        """Hook for engines that keep the per-unit rates elsewhere (the native engine)."""
+
+    def _advance_schedule(self, step: int) -> bool:
+        """Apply the schedule events of ``step``; True if any rate changed."""
+        if self.frozen:
+            return False
+        fired = events_at(self.spec, step)
+        apply_events(fired, self.topo.layer, self.unit_lr, self.unit_momentum)
+        self.events.extend(fired)
+        return bool(fired)
+
+    def _metrics_from(self, sums: np.ndarray, steps: int) -> dict[str, Any]:
+        """Per-layer mean squared error of the two-step and one-step predictions.
+
+        Errors are in the compressed units the network trains on ([0.1, 0.9]); steps 0 and 1,
+        which compare against the initial all-ones rings, are not counted.
+        """
+        n_layers = self.spec.n_layers
+        if not steps:
+            nan = np.full(n_layers, np.nan)
+            return {"steps": 0, "step": self.step_index, "mse_two_step": nan, "mse_one_step": nan.copy()}
+        mse = (np.asarray(sums, np.float64) / (self._metric_count * self.n_seq * steps)).reshape(-1, 2)
+        return {"steps": int(steps), "step": self.step_index, "mse_two_step": mse[:, 0], "mse_one_step": mse[:, 1]}

@@ -1,0 +1,1 @@
+"""Files a run writes: checkpoints (no pickle, checksummed, atomic) and pictures and animations."""
