@@ -13,7 +13,7 @@ from pathlib import Path
 import pvm_dist
 
 PACKAGE = Path(pvm_dist.__file__).resolve().parent
-BASE = {"", "_version", "_native"}  # the package root's version, and the compiled module (engine's)
+BASE = {"_version", "_native"}  # the version, and the compiled module (part of the engine)
 BELOW: dict[str, set[str]] = {
     "model": set(),
     "data": set(),

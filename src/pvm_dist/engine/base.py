@@ -1,9 +1,10 @@
-"""What every engine shares: frame checks, the schedule, the run loop and the metrics dictionary."""
+"""What every engine is (the :class:`Engine` protocol) and what engines share: frame checks, the
+schedule, the run loops and the metrics dictionary."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -12,6 +13,41 @@ from pvm_dist.model.spec import Spec
 from pvm_dist.model.topology import Topology
 
 RING = 3  # ring slots s mod 3: the update at s needs s−2, the input assembly s−1
+
+
+class Engine(Protocol):
+    """The engine API of architecture.md §2, as the run layer uses it."""
+
+    backend: str
+    spec: Spec
+    topo: Topology
+    n_seq: int
+
+    @property
+    def step_index(self) -> int: ...
+
+    @property
+    def device_label(self) -> str: ...
+
+    def step(self, frames: np.ndarray) -> None: ...
+
+    def set_dataset(self, frames: Any, first_step: int | None = None) -> None: ...
+
+    def run_dataset(self, n_steps: int) -> None: ...
+
+    def metrics(self) -> dict[str, Any]: ...
+
+    def hidden(self) -> np.ndarray: ...
+
+    def prediction(self) -> np.ndarray: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
+    def freeze(self) -> None: ...
+
+    def synchronize(self) -> None: ...
 
 
 class EngineBase:
@@ -37,6 +73,30 @@ class EngineBase:
         frames_iter = iter(source)
         for _ in range(n_steps):
             self.step(next(frames_iter))
+
+    def set_dataset(self, frames: Any, first_step: int | None = None) -> None:
+        """Hold frames [T, n_seq, D, D, C] for :meth:`run_dataset`: step s trains on block (s − first_step) mod T."""
+        frames = np.asarray(frames)
+        if frames.ndim != 5 or frames.shape[0] < 1:
+            raise ValueError(f"a dataset is [T, n_seq, D, D, C], got shape {frames.shape}")
+        self._check_frames(frames[0])
+        self._dataset, self._dataset_first = frames, self.step_index if first_step is None else int(first_step)
+
+    def run_dataset(self, n_steps: int) -> None:
+        """Train ``n_steps`` steps on the dataset of :meth:`set_dataset`."""
+        frames = getattr(self, "_dataset", None)
+        if frames is None:
+            raise RuntimeError("run_dataset() needs set_dataset() first")
+        for _ in range(n_steps):
+            self.step(frames[(self.step_index - self._dataset_first) % len(frames)])
+
+    @property
+    def device_label(self) -> str:
+        """Where the engine computes: ``cpu`` unless an engine says otherwise."""
+        return "cpu"
+
+    def synchronize(self) -> None:
+        """Wait until queued steps have run (engines that queue work override this)."""
 
     def step(self, frames: np.ndarray) -> None:  # pragma: no cover - every engine defines it
         raise NotImplementedError

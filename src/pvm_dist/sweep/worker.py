@@ -1,136 +1,127 @@
 """The trial worker: a Ray actor that owns one GPU (or some CPUs) and runs trials on it in chunks.
 
-The driver creates one per GPU with ``num_gpus=1``. A worker keeps its data sources (decoded frames,
-the synthetic generators) between trials, so starting the next trial costs only building the engine
-and, for a resumed trial, loading its checkpoint state; :meth:`TrialWorker.start` measures that cost.
+The driver creates one per GPU with ``num_gpus=1``. A trial is a :class:`~pvm_dist.run.session.Session`
+built from the trial's :class:`~pvm_dist.run.config.RunConfig`, so it gets everything a local run has:
+metrics against the baseline, readout training on labelled data, pictures, the animation and the
+held-out score. The worker keeps its data sources (decoded frames, the synthetic generators) between
+trials, so starting the next trial costs only building the engine and, for a resumed trial, loading
+its state; :meth:`TrialWorker.start` measures that cost.
 
-A chunk (:meth:`TrialWorker.advance`) trains a number of steps and returns the metrics of the
-interval, and, when asked, the engine state (for the driver to keep as the trial's checkpoint) and a
-picture. Checkpoint state travels through Ray's object store, so workers need no shared filesystem.
-A chunk whose prediction errors are not finite reports the trial as diverged.
+A chunk (:meth:`TrialWorker.advance`) trains a number of steps and returns the interval's metrics and,
+when asked, the run state (for the driver to keep as the trial's checkpoint), a picture (PNG bytes)
+and, at the trial's last step, the animation (GIF bytes) and held-out scores. State travels through
+Ray's object store, so workers need no shared filesystem. A diverging trial raises ``RunDiverged``.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
+import tempfile
 import time
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
-import numpy as np
+import cv2
 
-from pvm_dist.run.metrics import CopyLastFrameBaseline, summarize
+from pvm_dist.data.source import FrameSource, make_source
+from pvm_dist.engine import build_engine
+from pvm_dist.run.config import RunConfig
+from pvm_dist.run.evaluate import score_heldout
+from pvm_dist.run.session import Session
+from pvm_dist.run.state import RunState
 
 #: Data sources a worker keeps between trials (least recently used dropped first).
 SOURCES_KEPT = 4
 
 
-class TrialDiverged(RuntimeError):
-    """The trial's prediction error became NaN or infinite."""
+class BackendUnavailable(RuntimeError):
+    """This worker cannot build the engine the sweep asks for (the whole sweep stops, not one trial)."""
 
 
 class TrialWorker:
-    """One engine at a time on this actor's device; see the module docstring."""
+    """One session at a time on this actor's device; see the module docstring."""
 
     def __init__(self) -> None:
-        self._sources: OrderedDict[tuple, Any] = OrderedDict()
-        self._engine: Any = None
-        self._source: Any = None
-        self._baseline = CopyLastFrameBaseline()
-        self._trial: dict[str, Any] | None = None
+        self._sources: OrderedDict[tuple, FrameSource] = OrderedDict()
+        self._session: Session | None = None
+        self._trial_id = ""
         self.trials_started = 0
 
-    def describe(self) -> dict[str, Any]:
-        """Where this worker runs: node, host, pid, the GPU ids Ray gave it and the engine's device."""
+    def describe(self, config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Where this worker runs (node, host, pid, Ray's GPU ids) and, given a run config, which engine
+        it builds for it; raises :class:`BackendUnavailable` if it cannot build that engine."""
         import ray
 
         ctx = ray.get_runtime_context()
-        return {"node": ctx.get_node_id()[:12], "host": socket.gethostname(), "pid": os.getpid(),
-                "actor": ctx.get_actor_id()[:12] if ctx.get_actor_id() else None,
-                "gpus": [str(g) for g in ray.get_gpu_ids()]}
+        out: dict[str, Any] = {"node": ctx.get_node_id()[:12], "host": socket.gethostname(), "pid": os.getpid(),
+                               "actor": ctx.get_actor_id()[:12] if ctx.get_actor_id() else None,
+                               "gpus": [str(g) for g in ray.get_gpu_ids()]}
+        if config is not None:
+            cfg = RunConfig.from_dict(config)
+            try:
+                engine = build_engine(cfg.spec, backend=cfg.backend, n_seq=1, seed=0, device=cfg.device)
+            except Exception as exc:  # a missing module, a device this build cannot serve, ...
+                package = Path(sys.modules["pvm_dist"].__file__).parent
+                raise BackendUnavailable(f"a worker on {out['host']} cannot build the '{cfg.backend}' engine: {exc} "
+                                         f"(it imports pvm_dist from {package})") from None
+            out.update(backend=engine.backend, device=engine.device_label)
+        return out
 
-    def start(self, trial: dict[str, Any], settings: dict[str, Any], state: dict[str, Any] | None) -> dict[str, Any]:
-        """Set up ``trial`` (a ``Trial.to_dict()``) with the sweep's ``settings``; continue from ``state`` if given.
+    def start(self, trial_id: str, config: dict[str, Any], state: dict[str, Any] | None) -> dict[str, Any]:
+        """Set up a trial from its run config (``RunConfig.to_dict()``), continuing from ``state`` if given.
 
         Returns the step it starts at, the engine's backend and device, and the seconds setup took.
         """
-        from pvm_dist.engine import build_engine
-        from pvm_dist.model.spec import load_spec
-
         t0 = time.perf_counter()
         warm = self.trials_started > 0
-        self._engine = None  # free the previous trial's device memory before allocating the next
-        spec = load_spec(trial["spec"]).with_overrides(trial.get("overrides") or {})
-        seed = int(trial.get("seed", 0))
-        engine = build_engine(spec, backend=settings.get("backend", "auto"), n_seq=int(settings["n_seq"]), seed=seed)
-        if state is not None:
-            engine.load_state(state)
-        self._source = self._get_source(settings["data"], settings.get("data_path"), spec.image_shape,
-                                        int(settings["n_seq"]), seed)
-        self._engine, self._trial = engine, trial
-        self._baseline = CopyLastFrameBaseline()
+        self._session = None  # free the previous trial's device memory before allocating the next
+        cfg = RunConfig.from_dict(config)
+        run_state = RunState.from_dict(state) if state is not None else None
+        session = Session(cfg, run_state, source=self._source(cfg))
+        self._session, self._trial_id = session, trial_id
         self.trials_started += 1
-        return {"step": engine.step_index, "backend": engine.backend,
-                "device": getattr(engine, "device_label", "cpu"), "start_cost_s": time.perf_counter() - t0,
-                "warm": warm}
+        return {"step": session.step, "backend": session.engine.backend, "device": session.engine.device_label,
+                "start_cost_s": time.perf_counter() - t0, "warm": warm}
 
     def advance(self, n_steps: int, want_state: bool = False, want_picture: bool = False) -> dict[str, Any]:
         """Train ``n_steps`` steps; return the interval's metrics, and the state/picture when asked.
 
-        Raises :class:`TrialDiverged` when the prediction error is NaN or infinite.
+        At the trial's last step the result also holds the animation (``gif``) and ``heldout`` scores.
         """
-        engine, source, baseline = self._engine, self._source, self._baseline
-        if engine is None:
+        session = self._session
+        if session is None:
             raise RuntimeError("advance() before start()")
         t0 = time.perf_counter()
-        with np.errstate(all="ignore"):  # a diverging trial overflows; it is reported below, not warned about
-            for _ in range(n_steps):
-                frames = source.frames(engine.step_index)
-                baseline.update(frames)
-                engine.step(frames)
-            raw = engine.metrics()
-        seconds = time.perf_counter() - t0
-        step = engine.step_index
-        if raw.get("steps"):
-            bad = [i for i, (a, b) in enumerate(zip(raw["mse_two_step"], raw["mse_one_step"]))
-                   if not (np.isfinite(a) and np.isfinite(b))]
-            if bad:
-                raise TrialDiverged(f"diverged by step {step:,}: prediction error is NaN/Inf in layer(s) "
-                                    f"{', '.join(map(str, bad))}")
-        rate = n_steps / max(seconds, 1e-9)
-        metrics = summarize(raw, baseline.take()) if raw.get("steps") else {}
-        metrics.update({"steps_per_s": rate, "frames_per_s": rate * engine.n_seq})
-        out: dict[str, Any] = {"step": step, "metrics": metrics, "seconds": seconds}
+        session.advance(n_steps)
+        out: dict[str, Any] = {"step": session.step, "metrics": session.take_metrics() if n_steps else {},
+                               "seconds": time.perf_counter() - t0}
+        state = session.state() if want_state or session.step >= session.config.steps else None
         if want_state:
-            out["state"] = engine.state()
+            out["state"] = state.to_dict()
         if want_picture:
-            out["picture"] = self._picture()
+            ok, png = cv2.imencode(".png", session.picture(trial=self._trial_id))
+            out["picture"] = png.tobytes() if ok else b""
+        if session.step >= session.config.steps and n_steps:
+            out["gif"] = self._animation_bytes(session)
+            out["heldout"] = score_heldout(state, session.engine.backend)
         return out
 
-    def _picture(self) -> bytes:
-        """The display of §6 for sequence 0 as PNG bytes."""
-        import cv2
+    @staticmethod
+    def _animation_bytes(session: Session) -> bytes:
+        if session.animation is None or len(session.animation) < 2:
+            return b""
+        with tempfile.TemporaryDirectory() as tmp:
+            return session.animation.save(Path(tmp) / "prediction.gif").read_bytes()
 
-        from pvm_dist.io.pictures import picture_grid, predicted_frame
-
-        engine = self._engine
-        s = engine.step_index
-        with np.errstate(all="ignore"):
-            predicted = predicted_frame(engine.topo, engine.prediction()[0], ahead=2)
-            image = picture_grid(self._source.frames(s + 1)[0], predicted, engine.topo, engine.hidden()[0],
-                                 caption={"step": s, "spec": engine.spec.name, "trial": self._trial["trial_id"]})
-        ok, buf = cv2.imencode(".png", image)
-        return buf.tobytes() if ok else b""
-
-    def _get_source(self, data: str, data_path: str | None, shape: tuple[int, int, int], n_seq: int, seed: int) -> Any:
-        from pvm_dist.data import make_source
-
-        key = (data, data_path, shape, n_seq, seed)
+    def _source(self, cfg: RunConfig) -> FrameSource:
+        key = (cfg.data, cfg.data_path, cfg.spec.image_shape, cfg.n_seq, cfg.seed)
         if key in self._sources:
             self._sources.move_to_end(key)
             return self._sources[key]
-        source = make_source(data, shape, n_seq, seed, data_path=data_path)
+        source = make_source(cfg.data, cfg.spec.image_shape, cfg.n_seq, cfg.seed, data_path=cfg.data_path)
         self._sources[key] = source
         while len(self._sources) > SOURCES_KEPT:
             self._sources.popitem(last=False)

@@ -1,0 +1,200 @@
+"""The training session: the only place frames are fed to an engine and metrics, pictures, animations
+and readout updates are taken. ``train``, ``eval``, ``bench`` and the sweep worker are thin wrappers.
+
+The engine accumulates its prediction errors and the copy-last-frame baseline itself, from the frames
+it already holds; the session reads them every metrics interval (:meth:`Session.take_metrics`).
+Between reads the session only hands frames over (:mod:`pvm_dist.run.feed`), unless a step needs the
+host: the readout training or scoring on a step's hidden state, or the last steps' animation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from pvm_dist.data.source import FrameSource, make_source
+from pvm_dist.engine import build_engine
+from pvm_dist.io import pictures
+from pvm_dist.model.readout import Readout, decode, hit_rate, iou, readout_learning_rate, readout_trains
+from pvm_dist.run.config import RunConfig
+from pvm_dist.run.feed import FrameFeed
+from pvm_dist.run.metrics import diverged_layers, summarize
+from pvm_dist.run.state import RunState
+
+
+class RunDiverged(RuntimeError):
+    """The model's prediction error became NaN or infinite."""
+
+
+class Session:
+    """One model on one frame source (see the module docstring).
+
+    ``learn=False`` evaluates: the engine is frozen and a readout, if any, is scored on every step
+    instead of trained. ``source`` lets a caller keep decoded data between sessions (the sweep worker).
+    """
+
+    def __init__(self, config: RunConfig, state: RunState | None = None, source: FrameSource | None = None,
+                 learn: bool = True) -> None:
+        self.config, self.learn = config, learn
+        self.engine = build_engine(config.spec, backend=config.backend, n_seq=config.n_seq, seed=config.seed,
+                                   device=config.device)
+        self.source = source or make_source(config.data, config.spec.image_shape, config.n_seq, config.seed,
+                                            data_path=config.data_path)
+        self.readout: Readout | None = None
+        if self.source.labels(0) is not None and (learn or (state is not None and state.readout)):
+            self.readout = Readout(self.engine.topo, seed=config.seed, momentum=config.spec["momentum"])
+        if state is not None:
+            self._restore(state)
+        if not learn:
+            self.engine.freeze()
+        self.feed = FrameFeed(self.engine, self.source)
+        self.animation: pictures.Animation | None = None
+        self._pending: deque[np.ndarray] = deque(maxlen=2)  # predictions made at steps s−2, s−1
+        self._scores: dict[str, list[Any]] = {"iou": [], "hit": [], "masks": []}
+        self._seconds, self._steps = 0.0, 0  # time spent training since the last take_metrics
+
+    def _restore(self, state: RunState) -> None:
+        if self.learn:
+            self.engine.load_state(state.engine)
+        else:  # trained weights into fresh rings: n_seq may differ from training
+            fresh = self.engine.state()
+            fresh["weights"] = state.engine["weights"]
+            self.engine.load_state(fresh)
+        if self.readout is not None and state.readout:
+            self.readout.load_state(state.readout)
+
+    @property
+    def step(self) -> int:
+        return self.engine.step_index
+
+    # --- training ----------------------------------------------------------------------------------
+    def advance(self, n_steps: int) -> None:
+        """Train (or, frozen, run) ``n_steps`` steps."""
+        t0 = time.perf_counter()
+        end = self.step + n_steps
+        while self.step < end:
+            host_until = self._host_steps_until(end)
+            if host_until > self.step:
+                self._host_steps(host_until - self.step)
+            else:
+                self.feed.run(self._feed_until(end) - self.step)
+        self.engine.synchronize()
+        self._seconds += time.perf_counter() - t0
+        self._steps += n_steps
+
+    def _wants_host(self, step: int) -> bool:
+        """Whether ``step`` needs the host: a readout to train or score, or an animation frame."""
+        if self.readout is not None and (not self.learn or readout_trains(self.config.spec, step, self.config.readout_from)):
+            return True
+        return self.animation is not None or self._animates(step)
+
+    def _animates(self, step: int) -> bool:
+        c = self.config
+        return self.learn and c.animation_frames > 0 and step >= c.steps - c.animation_frames
+
+    def _host_steps_until(self, end: int) -> int:
+        s = self.step
+        while s < end and self._wants_host(s):
+            s += 1
+        return s
+
+    def _feed_until(self, end: int) -> int:
+        """The first step before ``end`` that needs the host (``end`` if none)."""
+        c = self.config
+        stops = [end]
+        if self.readout is not None and self.learn and self.step < c.readout_from:
+            stops.append(c.readout_from)
+        if self.learn and c.animation_frames > 0:
+            stops.append(max(self.step + 1, c.steps - c.animation_frames))
+        return min(stops)
+
+    def _host_steps(self, k: int) -> None:
+        """``k`` steps one at a time, with the readout and the animation between them."""
+        step = self.step
+        frames = self.feed.frames(step, k)
+        labels = self.source.labels_block(step, k) if self.readout is not None else None
+        if self.animation is None and self._animates(step):
+            self.animation = pictures.Animation(min_side=96)
+        for i in range(k):
+            if self.animation is not None and len(self._pending) == 2:
+                self.animation.add(frames[i][0], self._pending[0])  # predicted two steps ago
+            self.engine.step(frames[i])
+            if self.readout is not None and labels is not None:
+                self._readout_step(step + i, labels[i])
+            if self.animation is not None:
+                self._pending.append(self.predicted_frame())
+
+    def _readout_step(self, step: int, labels: np.ndarray) -> None:
+        hidden = self.engine.hidden()
+        if self.learn:
+            c = self.config
+            lr = c.readout_lr if c.readout_lr is not None else readout_learning_rate(c.spec, step)
+            self.readout.set_learning_rate(lr)
+            self.readout.train(hidden, labels)
+            return
+        heat = self.readout.forward(hidden)
+        self._scores["masks"].append(labels)
+        for q in range(self.engine.n_seq):
+            self._scores["iou"].append(iou(heat[q], labels[q]))
+            h = hit_rate(heat[q : q + 1], labels[q : q + 1])
+            if np.isfinite(h):
+                self._scores["hit"].append(h)
+
+    # --- what a run reports ------------------------------------------------------------------------
+    def take_metrics(self) -> dict[str, float]:
+        """Errors, baseline and speed since the last call (flat names for logs and MLflow).
+
+        Raises :class:`RunDiverged` when a layer's error is NaN or infinite.
+        """
+        with np.errstate(all="ignore"):
+            raw = self.engine.metrics()
+        bad = diverged_layers(raw)
+        if bad:
+            raise RunDiverged(f"diverged by step {self.step:,}: prediction error is NaN/Inf in layer(s) "
+                              f"{', '.join(map(str, bad))}")
+        out = summarize(raw)
+        rate = self._steps / max(self._seconds, 1e-9)
+        out.update({"steps_per_s": rate, "frames_per_s": rate * self.engine.n_seq})
+        self._seconds, self._steps = 0.0, 0
+        return out
+
+    def take_scores(self) -> dict[str, float]:
+        """Readout IoU and hit rate (with their chance levels) over the frozen steps since the last call."""
+        from pvm_dist.model.readout import chance_scores
+
+        s, out = self._scores, {}
+        if s["iou"]:
+            out["readout_iou"] = float(np.mean(s["iou"]))
+        if s["hit"]:
+            out["readout_hit_rate"] = float(np.mean(s["hit"]))
+        if s["masks"]:
+            out.update(chance_scores(np.concatenate(s["masks"])))
+        self._scores = {"iou": [], "hit": [], "masks": []}
+        return out
+
+    def predicted_frame(self) -> np.ndarray:
+        """Sequence 0's two-step prediction of the last step, as a uint8 frame."""
+        return pictures.predicted_frame(self.engine.topo, self.engine.prediction()[0], ahead=2)
+
+    def picture(self, **caption: Any) -> np.ndarray:
+        """The display of §6 for sequence 0 (frame, prediction, error, readout, hidden tiles), BGR."""
+        s = self.step
+        frame = self.source.frames_block(s + 1, 1)[0, 0]  # the last step (s−1) predicted frame s+1
+        hidden = self.engine.hidden()
+        heatmap, box = None, None
+        if self.readout is not None:
+            heatmap = decode(self.readout.forward(hidden))[0]
+            boxes = self.source.boxes(max(s - 1, 0))
+            box = None if boxes is None else tuple(int(v) for v in boxes[0])
+        with np.errstate(all="ignore"):
+            return pictures.picture_grid(frame, self.predicted_frame(), self.engine.topo, hidden[0], heatmap=heatmap,
+                                         label_box=box, caption={"step": s, "spec": self.config.spec.name,
+                                                                 "backend": self.engine.backend, **caption})
+
+    def state(self) -> RunState:
+        """Host copies of everything the run continues from."""
+        readout = self.readout.state() if self.readout is not None else {}
+        return RunState(self.engine.state(), readout, self.config)

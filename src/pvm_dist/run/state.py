@@ -1,0 +1,56 @@
+"""A run's state, nested as ``{engine, readout, run}``, and its checkpoint files.
+
+In a file the engine's and the readout's arrays sit side by side (the readout's names start with
+``readout_``) and the run configuration is the header's meta, so checkpoints of earlier releases,
+whose meta held the same fields flat, load unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pvm_dist.io import checkpoint
+from pvm_dist.run.config import RunConfig
+
+READOUT_PREFIX = "readout_"  # how a readout's arrays are told from the engine's in a file
+
+
+@dataclasses.dataclass
+class RunState:
+    """Everything a run continues from: engine arrays, readout arrays (empty without one), the config."""
+
+    engine: dict[str, Any]
+    readout: dict[str, Any]
+    run: RunConfig
+
+    @property
+    def step(self) -> int:
+        return int(self.engine["step"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """Arrays and plain values only (what crosses Ray's object store)."""
+        return {"engine": self.engine, "readout": self.readout, "run": self.run.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunState:
+        return cls(dict(d["engine"]), dict(d.get("readout") or {}), RunConfig.from_dict(d["run"]))
+
+
+def save(path: str | os.PathLike[str], state: RunState, extra: Mapping[str, Any] | None = None) -> Path:
+    """Write ``state`` atomically to ``path`` (see :func:`pvm_dist.io.checkpoint.save`); ``extra`` goes into the meta."""
+    meta = {**state.run.to_dict(), **(extra or {})}
+    return checkpoint.save(path, {**state.engine, **state.readout}, meta)
+
+
+def load(path: str | os.PathLike[str]) -> tuple[RunState, checkpoint.Checkpoint]:
+    """Read a checkpoint as a RunState (CheckpointError names any damage), and the file's header."""
+    ck = checkpoint.load(path)
+    engine = {k: v for k, v in ck.state.items() if not k.startswith(READOUT_PREFIX)}
+    readout = {k: v for k, v in ck.state.items() if k.startswith(READOUT_PREFIX)}
+    meta = {"seed": ck.seed or 0, **ck.meta, "spec": ck.spec}
+    meta.setdefault("steps", ck.step)
+    return RunState(engine, readout, RunConfig.from_dict(meta)), ck
