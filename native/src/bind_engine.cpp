@@ -42,7 +42,9 @@ pvm::Topology topology_from_dict(const py::dict& d) {
     t.target_src = vec<int64_t>(d, "target_src");
     t.y_bin = vec<int32_t>(d, "y_bin");
     t.y_unit = vec<int32_t>(d, "y_unit");
+    t.baseline_src = vec<int64_t>(d, "baseline_src");
     if (static_cast<int64_t>(t.x_kind.size()) != t.x_total || static_cast<int64_t>(t.target_src.size()) != t.y_total ||
+        static_cast<int64_t>(t.baseline_src.size()) != t.y_total ||
         static_cast<int64_t>(t.x_off.size()) != t.n_units + 1)
         throw std::invalid_argument("topology arrays do not match their totals");
     return t;
@@ -108,11 +110,12 @@ void bind_engine(py::module_& m) {
         .def(
             "take_metrics",
             [](pvm::Engine& e) {
-                int64_t steps = 0;
-                auto sums = e.take_metric_sums(&steps);
-                return py::make_tuple(py::array_t<double>(sums.size(), sums.data()), steps);
+                const pvm::MetricSums m = e.take_metric_sums();
+                return py::make_tuple(py::array_t<double>(m.errors.size(), m.errors.data()),
+                                      py::array_t<double>(m.baseline.size(), m.baseline.data()), m.steps);
             },
-            "(per (layer, half) sums of squared errors, steps covered) since the last call; resets them.")
+            "(per (layer, half) sums of squared errors, the copy-last-frame baseline's [two-step, one-step] sums, "
+            "steps covered) since the last call; resets them.")
         .def_property_readonly("device", &pvm::Engine::device_name)
         .def("synchronize", &pvm::Engine::synchronize, py::call_guard<py::gil_scoped_release>(),
              "Wait until queued device work is done.")

@@ -30,7 +30,7 @@ CpuEngine::CpuEngine(Topology topo, EngineConfig cfg) : Engine(std::move(topo), 
     unit_lr_.assign(topo_.n_units, 0.0f);
     unit_mu_.assign(topo_.n_units, 0.0f);
     delta_out_.assign(n * topo_.y_total, 0.0f);
-    metric_sums_.assign(topo_.metric_bins(), 0.0);
+    metrics_.errors.assign(topo_.metric_bins(), 0.0);
 }
 
 void CpuEngine::step_u8(const uint8_t* frames) { step(frames); }
@@ -108,15 +108,23 @@ void CpuEngine::learn(int cur, int old) {
         const float* xc = x(cur, s);
         const float* yo = y(old, s);
         float* d = delta_out_.data() + s * T.y_total;
+        const float* xo = x(old, s);
         for (int64_t j = 0; j < T.y_total; ++j) {
-            float e = xc[T.target_src[j]] - yo[j];
-            if (measure) metric_sums_[T.y_bin[j]] += static_cast<double>(e) * static_cast<double>(e);
+            const float t = xc[T.target_src[j]];
+            float e = t - yo[j];
+            if (measure) {
+                metrics_.errors[T.y_bin[j]] += static_cast<double>(e) * static_cast<double>(e);
+                if (T.baseline_src[j] >= 0) {  // layer 0: copying frame s-2, the difference in double
+                    const double b = static_cast<double>(t) - static_cast<double>(xo[T.baseline_src[j]]);
+                    metrics_.baseline[T.y_bin[j]] += b * b;
+                }
+            }
             // §3.11 bug kept: the sign covers only the first n_units entries of the error array.
             if (cfg_.opt_abs_diff && j < T.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
             d[j] = delta(yo[j], e, poly, mode);
         }
     }
-    if (measure) ++metric_steps_;
+    if (measure) ++metrics_.steps;
 
     const bool parallel = T.n_weights * n >= kParallelWork;
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
@@ -182,11 +190,11 @@ std::vector<std::pair<std::string, double>> CpuEngine::profile_step_u8(const uin
     return {{"gather", ms(t0, t1)}, {"forward", ms(t1, t2)}, {"backward+update", ms(t2, t3)}};
 }
 
-std::vector<double> CpuEngine::take_metric_sums(int64_t* steps) {
-    std::vector<double> out = metric_sums_;
-    *steps = metric_steps_;
-    std::fill(metric_sums_.begin(), metric_sums_.end(), 0.0);
-    metric_steps_ = 0;
+MetricSums CpuEngine::take_metric_sums() {
+    MetricSums out = metrics_;
+    std::fill(metrics_.errors.begin(), metrics_.errors.end(), 0.0);
+    metrics_.baseline = {};
+    metrics_.steps = 0;
     return out;
 }
 

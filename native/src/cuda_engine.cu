@@ -77,6 +77,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     raw_dst_ = DeviceBuffer<int64_t>(t.raw_context_dst);
     raw_src_ = DeviceBuffer<int64_t>(t.raw_context_src);
     target_src_ = DeviceBuffer<int64_t>(t.target_src);
+    baseline_src_ = DeviceBuffer<int64_t>(t.baseline_src);
     x_kind_ = DeviceBuffer<int8_t>(t.x_kind);
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
@@ -106,6 +107,9 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     metric_sums_ = DeviceBuffer<double>(t.metric_bins());
     unit_error_ = DeviceBuffer<double>(2 * t.n_units);
     error_sq_ = DeviceBuffer<double>(t.y_total);
+    baseline_sums_ = DeviceBuffer<double>(2);
+    unit_baseline_ = DeviceBuffer<double>(2 * t.n_units);
+    baseline_sq_ = DeviceBuffer<double>(t.y_total);
     step_ = DeviceBuffer<int64_t>(1);
     metric_steps_ = DeviceBuffer<int64_t>(1);
     frames_u8_ = DeviceBuffer<uint8_t>(n * t.image_size);
@@ -118,6 +122,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         PVM_CUDA_CHECK_LAUNCH();
     }
     metric_sums_.fill_async(0, stream_);
+    baseline_sums_.fill_async(0, stream_);
     step_.fill_async(0, stream_);
     metric_steps_.fill_async(0, stream_);
 
@@ -148,7 +153,7 @@ void CudaEngine::check_memory() const {
     const double n = static_cast<double>(cfg_.n_seq);
     const double need = 4.0 * (2.0 * t.n_weights + 3.0 * n * (t.x_total + t.h_total + t.y_total) +
                                n * (2.0 * t.y_total + t.h_total) + 2.0 * n * t.image_size) +
-                        8.0 * (t.x_total + t.x_off.size() * 5 + t.y_total);
+                        8.0 * (t.x_total + t.x_off.size() * 5 + 3.0 * t.y_total);
     size_t free_bytes = 0, total_bytes = 0;
     PVM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (need > 0.95 * static_cast<double>(free_bytes))
@@ -217,6 +222,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     a.raw_dst = raw_dst_.data();
     a.raw_src = raw_src_.data();
     a.target_src = target_src_.data();
+    a.baseline_src = baseline_src_.data();
     a.x_kind = x_kind_.data();
     a.y_unit = y_unit_.data();
     a.weights = weights_.data();
@@ -232,6 +238,9 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     a.error_sq = error_sq_.data();
     a.metric_sums = metric_sums_.data();
     a.unit_error = unit_error_.data();
+    a.baseline_sq = baseline_sq_.data();
+    a.unit_baseline = unit_baseline_.data();
+    a.baseline_sums = baseline_sums_.data();
     a.layer_unit_range = layer_unit_range_.data();
     a.n_layers = t.n_layers;
     a.metric_steps = metric_steps_.data();
@@ -421,12 +430,17 @@ void CudaEngine::set_step_index(int64_t step) {
     host_step_ = step;
 }
 
-std::vector<double> CudaEngine::take_metric_sums(int64_t* steps) {
+MetricSums CudaEngine::take_metric_sums() {
     PVM_CUDA_CHECK(cudaSetDevice(device_));
-    std::vector<double> out(metric_sums_.size());
-    PVM_CUDA_CHECK(cudaMemcpyAsync(out.data(), metric_sums_.data(), metric_sums_.bytes(), cudaMemcpyDeviceToHost, stream_));
-    PVM_CUDA_CHECK(cudaMemcpyAsync(steps, metric_steps_.data(), sizeof(int64_t), cudaMemcpyDeviceToHost, stream_));
+    MetricSums out;
+    out.errors.resize(metric_sums_.size());
+    PVM_CUDA_CHECK(cudaMemcpyAsync(out.errors.data(), metric_sums_.data(), metric_sums_.bytes(), cudaMemcpyDeviceToHost,
+                                   stream_));
+    PVM_CUDA_CHECK(cudaMemcpyAsync(out.baseline.data(), baseline_sums_.data(), baseline_sums_.bytes(),
+                                   cudaMemcpyDeviceToHost, stream_));
+    PVM_CUDA_CHECK(cudaMemcpyAsync(&out.steps, metric_steps_.data(), sizeof(int64_t), cudaMemcpyDeviceToHost, stream_));
     metric_sums_.fill_async(0, stream_);
+    baseline_sums_.fill_async(0, stream_);
     metric_steps_.fill_async(0, stream_);
     PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return out;

@@ -22,6 +22,7 @@ struct StepArgs {
     bool polynomial, opt_abs_diff;
     int derivative;
     const int64_t *x_off, *y_off, *h_off, *w0_off, *w1_off, *x_src, *h_bias, *raw_dst, *raw_src, *target_src;
+    const int64_t* baseline_src;       // per output: the x(s-2) entry copy-last-frame predicts it with, -1 above layer 0
     const int8_t* x_kind;
     const int32_t* y_unit;
     float *weights, *velocity, *x, *h, *y;
@@ -30,6 +31,9 @@ struct StepArgs {
     double* error_sq;                  // per output j: sum over sequences (in order) of error^2
     double* metric_sums;
     double* unit_error;                // per unit: sum of squared errors of the two-step and one-step halves
+    double* baseline_sq;               // per layer-0 output j: the same for copying frame s-2
+    double* unit_baseline;             // per layer-0 unit: baseline_sq summed per half, like unit_error
+    double* baseline_sums;             // two-step, one-step: the copy-last-frame baseline's metric sums
     const int64_t* layer_unit_range;  // per layer: first unit id (n_layers + 1 entries)
     int64_t n_layers;
     int64_t* metric_steps;
@@ -97,6 +101,8 @@ __global__ void assemble_hidden(StepArgs a) {
 }
 
 // e = x(s)[target] - y(s-2); delta_out = g(y(s-2)) * e (after the opt_abs_diff sign quirk, §3.11).
+// Layer-0 outputs also sum the copy-last-frame baseline's squared error, x(s)[target] - x(s-2)[baseline_src],
+// the difference in double, into baseline_sq: one more load per (output, sequence) of layer 0.
 __global__ void output_deltas(StepArgs a) {
     // Loads of kSeqGroup sequences are issued before their stores: the compiler cannot tell the rings
     // from error/delta_out apart, so a plain loop would wait for each load (188 -> 116 us at n_seq 256).
@@ -104,16 +110,17 @@ __global__ void output_deltas(StepArgs a) {
     const int64_t s = *a.step;
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     for (int64_t j = global_thread(); j < a.y_total; j += grid_threads()) {
-        const int64_t target = a.target_src[j];
-        double e2 = 0.0;
+        const int64_t target = a.target_src[j], base = a.baseline_src[j];
+        double e2 = 0.0, b2 = 0.0;
         for (int64_t q0 = 0; q0 < a.n_seq; q0 += kSeqGroup) {
-            float yo[kSeqGroup], t[kSeqGroup];
+            float yo[kSeqGroup], t[kSeqGroup], xo[kSeqGroup];
 #pragma unroll
             for (int k = 0; k < kSeqGroup; ++k) {
                 const int64_t q = q0 + k;
                 if (q >= a.n_seq) break;
                 yo[k] = a.y[(old * a.n_seq + q) * a.y_total + j];
                 t[k] = a.x[(cur * a.n_seq + q) * a.x_total + target];
+                if (base >= 0) xo[k] = a.x[(old * a.n_seq + q) * a.x_total + base];
             }
 #pragma unroll
             for (int k = 0; k < kSeqGroup; ++k) {
@@ -122,21 +129,27 @@ __global__ void output_deltas(StepArgs a) {
                 float e = t[k] - yo[k];
                 a.error[q * a.y_total + j] = e;
                 e2 += static_cast<double>(e) * static_cast<double>(e);
+                if (base >= 0) {
+                    const double b = static_cast<double>(t[k]) - static_cast<double>(xo[k]);
+                    b2 += b * b;
+                }
                 if (a.opt_abs_diff && j < a.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
                 a.delta_out[q * a.y_total + j] = delta(yo[k], e, a.polynomial, static_cast<Derivative>(a.derivative));
             }
         }
         a.error_sq[j] = e2;
+        if (base >= 0) a.baseline_sq[j] = b2;
     }
 }
 
-// One unit's two squared-error sums (two-step half, one-step half) from error_sq: thread-strided
+// The sums of v[0:M/2] and v[M/2:M] (two-step half, one-step half) into out[0], out[1]: thread-strided
 // partial sums, then a tree over the block (fixed order). Called by a whole block.
-__device__ void sum_unit_errors(const StepArgs& a, int64_t u) {
-    const int64_t M = a.y_off[u + 1] - a.y_off[u], P = M / 2;
+__device__ void sum_halves(const double* v, int64_t M, double* out) {
+    const int64_t P = M / 2;
     double e2[2] = {0.0, 0.0};
-    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) e2[j < P ? 0 : 1] += a.error_sq[a.y_off[u] + j];
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) e2[j < P ? 0 : 1] += v[j];
     __shared__ double part[2][kThreads];
+    __syncthreads();  // a previous call's tree is done with part
     part[0][threadIdx.x] = e2[0];
     part[1][threadIdx.x] = e2[1];
     __syncthreads();
@@ -148,22 +161,38 @@ __device__ void sum_unit_errors(const StepArgs& a, int64_t u) {
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        a.unit_error[2 * u] = part[0][0];
-        a.unit_error[2 * u + 1] = part[1][0];
+        out[0] = part[0][0];
+        out[1] = part[1][0];
     }
 }
 
+// One unit's squared-error sums per half from error_sq, and for a layer-0 unit the baseline's from
+// baseline_sq. Called by a whole block (u is the same for all its threads).
+__device__ void sum_unit_errors(const StepArgs& a, int64_t u) {
+    const int64_t M = a.y_off[u + 1] - a.y_off[u];
+    sum_halves(a.error_sq + a.y_off[u], M, a.unit_error + 2 * u);
+    if (u < a.layer_unit_range[1]) sum_halves(a.baseline_sq + a.y_off[u], M, a.unit_baseline + 2 * u);
+}
+
 // Per (layer, half) sums of squared errors: the unit sums (left in unit_error) of the bin's layer,
-// added by one warp per bin (lane-strided, then a butterfly: a fixed order, no atomics).
+// added by one warp per bin (lane-strided, then a butterfly: a fixed order, no atomics). The bins of
+// layer 0 (0: two-step, 1: one-step) add the baseline's unit sums (unit_baseline) the same way.
 __global__ void accumulate_metrics(StepArgs a) {
     if (*a.step < 2) return;  // steps 0 and 1 compare against the initial all-ones rings
     const int bin = blockIdx.x, lane = threadIdx.x;
-    double total = 0.0;
-    for (int64_t u = a.layer_unit_range[bin / 2] + lane; u < a.layer_unit_range[bin / 2 + 1]; u += kWarp)
+    const bool layer0 = bin < 2;
+    double total = 0.0, baseline = 0.0;
+    for (int64_t u = a.layer_unit_range[bin / 2] + lane; u < a.layer_unit_range[bin / 2 + 1]; u += kWarp) {
         total += a.unit_error[2 * u + bin % 2];
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+        if (layer0) baseline += a.unit_baseline[2 * u + bin];
+    }
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+        total += __shfl_xor_sync(0xffffffffu, total, offset);
+        baseline += __shfl_xor_sync(0xffffffffu, baseline, offset);
+    }
     if (lane == 0) {
         a.metric_sums[bin] += total;
+        if (layer0) a.baseline_sums[bin] += baseline;
         if (bin == 0) *a.metric_steps += 1;
     }
 }

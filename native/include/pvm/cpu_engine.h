@@ -17,7 +17,7 @@ public:
     void write(const std::string& name, const float* in) override;
     int64_t step_index() override { return step_; }
     void set_step_index(int64_t step) override { step_ = step; }
-    std::vector<double> take_metric_sums(int64_t* steps) override;
+    MetricSums take_metric_sums() override;
     std::string device_name() const override { return "cpu"; }
     std::vector<std::pair<std::string, double>> profile_step_u8(const uint8_t* frames) override;
 
@@ -36,8 +36,7 @@ private:
 
     std::vector<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
     std::vector<float> delta_out_;  // [n_seq, y_total] scratch
-    std::vector<double> metric_sums_;
-    int64_t metric_steps_ = 0;
+    MetricSums metrics_;
     int64_t step_ = 0;
 };
 

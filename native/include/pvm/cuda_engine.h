@@ -35,7 +35,7 @@ public:
     void write(const std::string& name, const float* in) override;
     int64_t step_index() override { return host_step_; }
     void set_step_index(int64_t step) override;
-    std::vector<double> take_metric_sums(int64_t* steps) override;
+    MetricSums take_metric_sums() override;
     std::string device_name() const override { return name_; }
     void synchronize() override;
     std::vector<std::pair<std::string, double>> profile_step_u8(const uint8_t* frames) override;
@@ -62,7 +62,8 @@ private:
     cudaStream_t stream_ = nullptr;
 
     // Topology on the device.
-    DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, x_src_, h_bias_, raw_dst_, raw_src_, target_src_;
+    DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, x_src_, h_bias_, raw_dst_, raw_src_, target_src_,
+        baseline_src_;
     DeviceBuffer<int8_t> x_kind_;
     DeviceBuffer<int32_t> y_unit_;
     DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
@@ -74,6 +75,7 @@ private:
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
     DeviceBuffer<float> lr_delta_out_, lr_delta_hidden_, error_;
     DeviceBuffer<double> metric_sums_, unit_error_, error_sq_;
+    DeviceBuffer<double> baseline_sums_, unit_baseline_, baseline_sq_;  // the copy-last-frame baseline (layer 0)
     DeviceBuffer<int64_t> step_, metric_steps_;
     int64_t host_step_ = 0;
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -12,6 +13,13 @@
 #include "pvm/topology.h"
 
 namespace pvm {
+
+// Sums of squared errors since the last take_metric_sums, over the measured steps (s >= 2).
+struct MetricSums {
+    std::vector<double> errors;           // per (layer, half): the model's predictions
+    std::array<double, 2> baseline{};     // two-step, one-step: copying the frame of step s-2 (layer 0)
+    int64_t steps = 0;
+};
 
 class Engine {
 public:
@@ -29,8 +37,8 @@ public:
     virtual int64_t step_index() = 0;
     virtual void set_step_index(int64_t step) = 0;
 
-    // Per (layer, half) sums of squared errors since the last call, and how many steps they cover.
-    virtual std::vector<double> take_metric_sums(int64_t* steps) = 0;
+    // The metric sums since the last call; resets them.
+    virtual MetricSums take_metric_sums() = 0;
 
     virtual std::string device_name() const = 0;
 

@@ -63,6 +63,7 @@ class EngineBase:
         self.frozen = False
         arrays = topology.native_arrays()
         self._metric_count = np.bincount(arrays["y_bin"], minlength=2 * spec.n_layers).astype(np.float64)
+        self._frame_entries = int(np.prod(spec.image_shape))  # the baseline's terms per sequence and step
 
     def run(self, n_steps: int, source: Iterable[np.ndarray] | Callable[[int], np.ndarray]) -> None:
         """Train ``n_steps`` steps on frames from an iterator, or a callable taking the step index."""
@@ -152,8 +153,10 @@ class EngineBase:
         self.events.extend(fired)
         return bool(fired)
 
-    def _metrics_from(self, sums: np.ndarray, steps: int) -> dict[str, Any]:
-        """Per-layer mean squared error of the two-step and one-step predictions.
+    def _metrics_from(self, sums: np.ndarray, baseline_sums: np.ndarray, steps: int) -> dict[str, Any]:
+        """Per-layer mean squared error of the two-step and one-step predictions, and the same for the
+        copy-last-frame baseline (``baseline_two_step``, ``baseline_one_step``: the frame of step s−2
+        as the prediction of frames s and s−1, over the frame's entries).
 
         Errors are in the compressed units the network trains on ([0.1, 0.9]); steps 0 and 1,
         which compare against the initial all-ones rings, are not counted.
@@ -161,6 +164,9 @@ class EngineBase:
         n_layers = self.spec.n_layers
         if not steps:
             nan = np.full(n_layers, np.nan)
-            return {"steps": 0, "step": self.step_index, "mse_two_step": nan, "mse_one_step": nan.copy()}
+            return {"steps": 0, "step": self.step_index, "mse_two_step": nan, "mse_one_step": nan.copy(),
+                    "baseline_two_step": float("nan"), "baseline_one_step": float("nan")}
         mse = (np.asarray(sums, np.float64) / (self._metric_count * self.n_seq * steps)).reshape(-1, 2)
-        return {"steps": int(steps), "step": self.step_index, "mse_two_step": mse[:, 0], "mse_one_step": mse[:, 1]}
+        base = np.asarray(baseline_sums, np.float64) / (self._frame_entries * self.n_seq * steps)
+        return {"steps": int(steps), "step": self.step_index, "mse_two_step": mse[:, 0], "mse_one_step": mse[:, 1],
+                "baseline_two_step": float(base[0]), "baseline_one_step": float(base[1])}

@@ -84,12 +84,12 @@ class NativeEngine(EngineBase):
         self.unit_momentum = np.array(state["unit_momentum"], np.float32)
         self._engine.step_index = int(state["step"])
         self.seed = int(state.get("seed", self.seed))
-        self._engine.take_metrics()
+        self._engine.take_metrics()  # the sums restart with the loaded state
 
     def metrics(self) -> dict[str, Any]:
         """Per-layer mean squared prediction error since the last call (see EngineBase), then reset."""
-        sums, steps = self._engine.take_metrics()
-        return self._metrics_from(sums, steps)
+        sums, baseline_sums, steps = self._engine.take_metrics()
+        return self._metrics_from(sums, baseline_sums, steps)
 
     def hidden(self) -> np.ndarray:
         """Hidden activations [n_seq, ΣH] of the last step."""

@@ -38,6 +38,11 @@ class ReferenceEngine(EngineBase):
         arrays = T.native_arrays()
         self._target_src = arrays["target_src"]
         self._metric_bin = arrays["y_bin"].astype(np.int64)  # layer·2 + half (0: two-step, 1: one-step)
+        # The copy-last-frame baseline's terms: layer-0 outputs, their targets and their x(s−2) entries.
+        baseline_out = np.flatnonzero(arrays["baseline_src"] >= 0)
+        self._baseline_target = self._target_src[baseline_out]
+        self._baseline_src = arrays["baseline_src"][baseline_out]
+        self._baseline_bin = self._metric_bin[baseline_out]  # 0: two-step, 1: one-step
         self._reset_metrics()
 
     # --- public API (architecture.md §2) ----------------------------------------------------
@@ -88,7 +93,7 @@ class ReferenceEngine(EngineBase):
 
     def metrics(self) -> dict[str, Any]:
         """Per-layer mean squared prediction error since the last call (see EngineBase), then reset."""
-        out = self._metrics_from(self._metric_sums, self._metric_steps)
+        out = self._metrics_from(self._metric_sums, self._baseline_sums, self._metric_steps)
         self._reset_metrics()
         return out
 
@@ -136,6 +141,9 @@ class ReferenceEngine(EngineBase):
             self._metric_sums += np.bincount(
                 np.tile(self._metric_bin, self.n_seq), weights=(err.astype(np.float64) ** 2).ravel(), minlength=self._metric_sums.size
             )
+            # Copying frame s−2 (x(s−2)[0:P] of the layer-0 units) for frames s and s−1, differences in float64.
+            base = self.x[cur][:, self._baseline_target].astype(np.float64) - x_old[:, self._baseline_src].astype(np.float64)
+            self._baseline_sums += np.bincount(np.tile(self._baseline_bin, self.n_seq), weights=(base**2).ravel(), minlength=2)
             self._metric_steps += 1
         if spec["opt_abs_diff"]:
             # §3.11 bug kept: the sign kernel covers only the first n_units entries of the error array.
@@ -164,4 +172,5 @@ class ReferenceEngine(EngineBase):
 
     def _reset_metrics(self) -> None:
         self._metric_sums = np.zeros(2 * self.spec.n_layers, np.float64)
+        self._baseline_sums = np.zeros(2, np.float64)  # copy-last-frame: two-step, one-step
         self._metric_steps = 0

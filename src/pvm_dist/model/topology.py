@@ -240,7 +240,9 @@ class Topology:
         frame, κ of a step s−1 hidden activation, step s−1's input entry, or the constant 1.
         ``target_src[j]`` is the input entry that output j is trained against; ``y_bin[j]`` is
         ``layer·2 + half`` (half 0: two-step prediction, 1: one-step) for the error metrics, and
-        ``y_unit[j]`` the unit that output j belongs to.
+        ``y_unit[j]`` the unit that output j belongs to. ``baseline_src[j]`` is, for a layer-0 output,
+        the input entry of step s−2 that the copy-last-frame baseline predicts it with (both halves:
+        ``x(s−2)[0:P]``, the frame of step s−2), and −1 for outputs of higher layers.
         """
         x_kind = np.full(self.x_total, -1, np.int8)
         x_src = np.zeros(self.x_total, I64)
@@ -253,6 +255,13 @@ class Topology:
         target_src = np.concatenate([np.arange(self.x_off[u], self.x_off[u] + self.outputs[u]) for u in range(self.n_units)])
         half = np.concatenate([np.repeat([0, 1], self.signal[u]) for u in range(self.n_units)])
         y_bin = np.repeat(self.layer, self.outputs) * 2 + half
+        # Layer-0 patches tile the image (D = S0·b), so the baseline's layer-0 outputs cover every frame
+        # entry exactly once per half, and its sums are over the frame's entries.
+        assert np.array_equal(np.sort(self.frame_src), np.arange(int(np.prod(self.spec.image_shape)))), \
+            "layer-0 patches tile the frame"
+        baseline_src = np.concatenate([
+            self.x_off[u] + np.tile(np.arange(self.signal[u], dtype=I64), 2) if self.layer[u] == 0
+            else np.full(self.outputs[u], -1, I64) for u in range(self.n_units)])
         c = np.ascontiguousarray
         return {
             "n_units": self.n_units, "hidden": self.hidden, "n_layers": self.spec.n_layers,
@@ -264,6 +273,7 @@ class Topology:
             "raw_context_dst": c(self.raw_context_dst), "raw_context_src": c(self.raw_context_src),
             "target_src": c(target_src.astype(I64)), "y_bin": c(y_bin.astype(np.int32)),
             "y_unit": c(np.repeat(np.arange(self.n_units), self.outputs).astype(np.int32)),
+            "baseline_src": c(baseline_src.astype(I64)),
         }
 
     # --- receptive fields (§2.5), used by the readout ----------------------------------------
