@@ -15,8 +15,8 @@ from conftest import random_frames
 
 from pvm_dist import build_engine, load_spec
 from pvm_dist.engine.native import native_module
-from pvm_dist.metrics import CopyLastFrameBaseline
-from pvm_dist.topology import Topology, build_topology
+from baseline_oracle import CopyLastFrameBaseline
+from pvm_dist.model.topology import Topology, build_topology
 
 REL = 1e-12  # the same float64 terms as the host's, summed in a different order
 STEPS = 12

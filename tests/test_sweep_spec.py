@@ -39,7 +39,7 @@ def test_every_experiment_loads_and_plans():
         sweep = load_sweep(path)
         trials = sweep.plan()
         assert trials and len({t.trial_id for t in trials}) == len(trials), path
-        assert sweep.checkpoint_every <= sweep.steps and sweep.metrics_every <= sweep.checkpoint_every
+        assert sweep.run.checkpoint_every <= sweep.steps and sweep.run.metrics_every <= sweep.run.checkpoint_every
         for t in trials:
             for key, dist in sweep.vary.items():
                 value = t.varied[key]
@@ -52,7 +52,7 @@ def test_every_experiment_loads_and_plans():
 def test_quickstart_is_the_documented_grid():
     sweep = load_sweep(REPO / "experiments" / "quickstart.yaml")
     assert sweep.name == "quickstart" and sweep.specs == ("tiny",) and sweep.steps == 1000
-    assert (sweep.checkpoint_every, sweep.metrics_every, sweep.metric, sweep.mode) == (250, 50, "ratio_two_step", "min")
+    assert (sweep.run.checkpoint_every, sweep.run.metrics_every, sweep.metric, sweep.mode) == (250, 50, "ratio_two_step", "min")
     trials = sweep.plan()
     assert [t.trial_id for t in trials] == ["t000", "t001", "t002", "t003"]
     assert [t.overrides for t in trials] == [
@@ -119,7 +119,7 @@ def test_relative_spec_file_resolves_against_the_sweep_folder(tmp_path, monkeypa
     monkeypatch.chdir(REPO)
     sweep = load_sweep(path)
     assert sweep.specs == (str((tmp_path / "specs" / "mine.json").resolve()),)
-    assert sweep.name == "sweep" and sweep.checkpoint_every == 2 and sweep.metrics_every == 2
+    assert sweep.name == "sweep" and sweep.run.checkpoint_every == 2 and sweep.run.metrics_every == 2
 
 
 def test_to_dict_round_trip_plans_the_same_trials():
@@ -138,8 +138,8 @@ def dataclass_fields_equal(a, b) -> bool:
 
 def test_defaults_and_better():
     sweep = load_sweep(base(steps=1000))
-    assert (sweep.checkpoint_every, sweep.metrics_every, sweep.samples, sweep.n_seq) == (250, 100, 1, 1)
-    assert (sweep.data, sweep.backend, sweep.max_failures, sweep.early_stopping) == ("synthetic:balls", "auto", 3, None)
+    assert (sweep.run.checkpoint_every, sweep.run.metrics_every, sweep.samples, sweep.run.n_seq) == (250, 100, 1, 1)
+    assert (sweep.run.data, sweep.run.backend, sweep.max_failures, sweep.early_stopping) == ("synthetic:balls", "auto", 3, None)
     assert sweep.better(0.5, 0.6) and not sweep.better(0.6, 0.5) and not sweep.better(0.5, 0.5)
     assert sweep.better(1.0, math.nan) and not sweep.better(math.nan, 1.0)
     fast = load_sweep(base(metric="frames_per_s"))

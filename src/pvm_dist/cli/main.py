@@ -227,29 +227,30 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 @app.command()
 def train(
     spec: Annotated[str, typer.Option("--spec", "-s", help="Spec file or model-zoo name.")] = "tiny",
-    data: Annotated[str, typer.Option("--data", "-d", help="Frames: synthetic:balls|bar|noise, a video, a folder of images, a PVM .zip (or a comma list), or a set name with --data-path.")] = "synthetic:balls",
+    data: Annotated[str | None, typer.Option("--data", "-d", help="Frames: synthetic:balls|bar|noise, a video, a folder of images, a PVM .zip (or a comma list), or a set name with --data-path. [default: synthetic:balls]")] = None,
     data_path: Annotated[str | None, typer.Option("--data-path", help="Folder holding the original PVM data zips (for set names).")] = None,
-    steps: Annotated[int, typer.Option("--steps", "-n", help="Train until this step (also when resuming).", min=1)] = 1000,
-    n_seq: Annotated[int, typer.Option("--n-seq", help="Independent sequences trained together (shared weights).", min=1)] = 1,
-    backend: Annotated[str, typer.Option("--backend", help="auto (native where built), reference or native.")] = "auto",
+    steps: Annotated[int | None, typer.Option("--steps", "-n", help="Train until this step (also when resuming). [default: 1000]", min=1)] = None,
+    n_seq: Annotated[int | None, typer.Option("--n-seq", help="Independent sequences trained together (shared weights). [default: 1]", min=1)] = None,
+    backend: Annotated[str | None, typer.Option("--backend", help="auto (native where built), reference or native. [default: auto]")] = None,
     device: Annotated[str | None, typer.Option("--device", help="Native engine device: cpu, cuda or cuda:N (default: a GPU if visible).")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the initial weights and synthetic data.")] = 0,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the initial weights and synthetic data. [default: 0]")] = None,
     overrides: Annotated[list[str], typer.Option("-O", help="Spec override key=value (repeatable), e.g. -O derivative=exact.")] = [],  # noqa: B006
-    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps (0: at the end only).", min=0)] = 0,
-    keep: Annotated[int, typer.Option("--keep", help="How many of the newest checkpoints to keep.", min=1)] = 2,
-    keep_every: Annotated[int, typer.Option("--keep-every", help="Also keep every checkpoint whose step is a multiple of N (0: none).", min=0)] = 0,
-    metrics_every: Annotated[int, typer.Option("--metrics-every", help="Read and log metrics every N steps.", min=1)] = 50,
-    picture_every: Annotated[int, typer.Option("--picture-every", help="Save a picture every N steps (0: at the end only).", min=0)] = 500,
-    readout_from: Annotated[int, typer.Option("--readout-from", help="Train the heatmap readout from this step on (labelled data; the original waits 1,000,000).", min=0)] = 0,
+    checkpoint_every: Annotated[int | None, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps (0: at the end only). [default: 0]", min=0)] = None,
+    keep: Annotated[int | None, typer.Option("--keep", help="How many of the newest checkpoints to keep. [default: 2]", min=1)] = None,
+    keep_every: Annotated[int | None, typer.Option("--keep-every", help="Also keep every checkpoint whose step is a multiple of N (0: none). [default: 0]", min=0)] = None,
+    metrics_every: Annotated[int | None, typer.Option("--metrics-every", help="Read and log metrics every N steps. [default: 50]", min=1)] = None,
+    picture_every: Annotated[int | None, typer.Option("--picture-every", help="Save a picture every N steps (0: at the end only). [default: 500]", min=0)] = None,
+    readout: Annotated[bool | None, typer.Option("--readout/--no-readout", help="Train the heatmap readout on labelled data. [default: on]")] = None,
+    readout_from: Annotated[int | None, typer.Option("--readout-from", help="Train the readout from this step on (the original waits 1,000,000). [default: 0]", min=0)] = None,
     readout_lr: Annotated[float | None, typer.Option("--readout-lr", help="Readout learning rate (default: the original's schedule, 0.01 then 10× the PVM rate).", min=0)] = None,
     heldout: Annotated[str | None, typer.Option("--heldout", help="Data to score the final readout on (IoU, hit rate; default: synthetic data of seed+1, none for files).")] = None,
-    heldout_steps: Annotated[int, typer.Option("--heldout-steps", help="Frames per sequence of that score (0: skip it).", min=0)] = 300,
+    heldout_steps: Annotated[int | None, typer.Option("--heldout-steps", help="Frames per sequence of that score (0: skip it). [default: 300]", min=0)] = None,
     mlflow_uri: Annotated[str | None, typer.Option("--mlflow", help="MLflow tracking URI (default: ./mlflow.db, no server needed).")] = None,
-    experiment: Annotated[str, typer.Option("--experiment", help="MLflow experiment name.")] = "pvm-dist",
+    experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment name. [default: pvm-dist]")] = None,
     run_name: Annotated[str | None, typer.Option("--run-name", help="MLflow run name (default: the run folder's name).")] = None,
     no_track: Annotated[bool, typer.Option("--no-track", help="Do not log to MLflow.")] = False,
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run folder (default: runs/<spec>-<time>).")] = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="Continue bit-identically (and in the same MLflow run) from this checkpoint.")] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run folder (default: runs/<spec>-<time>; on resume, the checkpoint's).")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue bit-identically (and in the same MLflow run) from this checkpoint, with its data, cadence and tracking unless given here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final summary as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
@@ -260,45 +261,48 @@ def train(
     """
     import time as _time
 
+    from pvm_dist.data import DataError
     from pvm_dist.model.spec import load_spec
-    from pvm_dist.run.train import TrainConfig, config_from_checkpoint
+    from pvm_dist.run import state as run_state
+    from pvm_dist.run.config import RunConfig
     from pvm_dist.run.train import train as run_training
 
-    _check_backend(backend)
-    ck = None
+    if backend is not None:
+        _check_backend(backend)
+    given = {"steps": steps, "n_seq": n_seq, "seed": seed, "data": data, "data_path": data_path, "backend": backend,
+             "device": device, "metrics_every": metrics_every, "picture_every": picture_every,
+             "checkpoint_every": checkpoint_every, "keep_checkpoints": keep, "keep_every": keep_every,
+             "readout": readout, "readout_from": readout_from, "readout_lr": readout_lr, "heldout": heldout,
+             "heldout_steps": heldout_steps, "mlflow_uri": mlflow_uri, "experiment": experiment, "run_name": run_name,
+             "track": False if no_track else None}
+    state = None
     if resume is not None:
-        cfg, ck = config_from_checkpoint(resume, steps, run_dir)
-        if ck.step >= steps:
+        state, ck = run_state.load(resume)
+        if overrides:
+            raise UserError("-O cannot change the spec of a resumed run")
+        cfg = state.run.replace(**given)
+        if ck.step >= cfg.steps:
             raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
+        folder = run_dir or Path(resume).resolve().parent.parent
     else:
-        s = load_spec(spec)
         parsed = _parse_overrides(overrides)
+        s = load_spec(spec)
         if parsed:
             s = s.with_overrides(parsed)
+        cfg = RunConfig(spec=s, overrides=parsed).replace(**given)
         folder = run_dir or Path("runs") / f"{s.name}-{_time.strftime('%Y%m%d-%H%M%S')}"
-        cfg = TrainConfig(spec=s, steps=steps, run_dir=folder, n_seq=n_seq, seed=seed, backend=backend, device=device,
-                          data=data, data_path=data_path, readout_from=readout_from, readout_lr=readout_lr,
-                          heldout=heldout, heldout_steps=heldout_steps, track=not no_track,
-                          mlflow_uri=mlflow_uri, experiment=experiment, run_name=run_name, overrides=parsed,
-                          metrics_every=metrics_every, picture_every=picture_every)
-    if device is not None:
-        cfg.device = device
-    if no_track:
-        cfg.track = False
-    cfg.checkpoint_every, cfg.keep_checkpoints, cfg.keep_every = checkpoint_every, keep, keep_every
-    from pvm_dist.data import DataError
-
     try:
-        result = _train_with_progress(cfg, ck, show=not (quiet or as_json), run=run_training)
+        result = _train_with_progress(cfg, folder, state, show=not (quiet or as_json), run=run_training)
     except DataError as exc:
         raise UserError(str(exc)) from None
+    cfg = result.config
     summary = {
         "step": result.step, "interrupted": result.interrupted, "checkpoint": str(result.checkpoint),
         "run_dir": str(result.run_dir), "seconds": round(result.seconds, 3), "steps_per_s": result.steps_per_s,
         "frames_per_s": result.frames_per_s, "metrics": result.final_metrics,
         "picture": str(result.picture) if result.picture else None,
         "animation": str(result.animation) if result.animation else None,
-        "mlflow_run_id": result.run_id, "mlflow_uri": result.tracking_uri, "heldout": result.heldout,
+        "mlflow_run_id": cfg.run_id, "mlflow_uri": cfg.mlflow_uri, "heldout": result.heldout,
     }
     if as_json:
         _print_json(summary)
@@ -320,33 +324,33 @@ def train(
             typer.echo(f"picture    {result.picture}")
         if result.animation:
             typer.echo(f"animation  {result.animation}")
-        if result.run_id:
-            typer.echo(f"MLflow run {result.run_id} in experiment '{cfg.experiment}' at {result.tracking_uri} "
-                       f"(browse: mlflow ui --backend-store-uri {result.tracking_uri})")
+        if cfg.run_id:
+            typer.echo(f"MLflow run {cfg.run_id} in experiment '{cfg.experiment}' at {cfg.mlflow_uri} "
+                       f"(browse: mlflow ui --backend-store-uri {cfg.mlflow_uri})")
     if result.interrupted:
         typer.echo(f"interrupted; resume with: pvm-dist train --resume {result.checkpoint} --steps {cfg.steps}", err=True)
         raise typer.Exit(130)
 
 
-def _train_with_progress(cfg: Any, ck: Any, show: bool, run: Any) -> Any:
+def _train_with_progress(cfg: Any, folder: Path, state: Any, show: bool, run: Any) -> Any:
     if not show:
         # Keep stdout for the JSON summary: MLflow prints "View run ..." lines there for HTTP trackers.
         import contextlib
 
         with contextlib.redirect_stdout(sys.stderr):
-            return run(cfg, ck)
+            return run(cfg, folder, state)
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("step {task.completed:,.0f}/{task.total:,.0f}"),
                TextColumn("{task.fields[rate]}"), TextColumn("err {task.fields[err]}"), TimeRemainingColumn()]
     with Progress(*columns, transient=False) as bar:
-        task = bar.add_task(cfg.spec.name, total=cfg.steps, completed=ck.step if ck else 0, rate="", err="–")
+        task = bar.add_task(cfg.spec.name, total=cfg.steps, completed=state.step if state else 0, rate="", err="–")
 
         def update(p: Any) -> None:
-            err = "–" if p.error is None else f"{p.error:.2f} px" + ("" if p.ratio is None else f" (×{p.ratio:.2f} baseline)")
+            err = "–" if p.error is None else f"{p.error:.2f} px" + ("" if p.baseline is None else f" (copy-last {p.baseline:.2f} px)")
             bar.update(task, completed=p.step, rate=f"{p.steps_per_s:,.1f} steps/s {p.frames_per_s:,.1f} fr/s", err=err)
 
-        return run(cfg, ck, on_progress=update)
+        return run(cfg, folder, state, on_progress=update)
 
 
 def _split_list(values: list[str]) -> list[str]:

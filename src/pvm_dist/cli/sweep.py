@@ -41,17 +41,17 @@ def plan_rows(sweep: Any) -> list[dict[str, Any]]:
 
 def print_plan(sweep: Any, as_json: bool) -> None:
     rows = plan_rows(sweep)
-    frames = len(rows) * sweep.steps * sweep.n_seq
+    frames = len(rows) * sweep.steps * sweep.run.n_seq
     if as_json:
         _echo_json({"sweep": sweep.name, "source": sweep.source, "trials": rows, "steps_per_trial": sweep.steps,
-                    "n_seq": sweep.n_seq, "total_frames": frames, "metric": sweep.metric, "mode": sweep.mode,
+                    "n_seq": sweep.run.n_seq, "total_frames": frames, "metric": sweep.metric, "mode": sweep.mode,
                     "early_stopping": sweep.early_stopping and sweep.early_stopping.milestones(sweep.steps)})
         return
     from rich.console import Console
     from rich.table import Table
 
     keys = list(dict.fromkeys(k for r in rows for k in r["varied"]))
-    tab = Table(title=f"{sweep.name}: {len(rows)} trials × {sweep.steps:,} steps × n_seq {sweep.n_seq}", show_edge=False)
+    tab = Table(title=f"{sweep.name}: {len(rows)} trials × {sweep.steps:,} steps × n_seq {sweep.run.n_seq}", show_edge=False)
     for col in ["trial", "spec", *keys, "seed", "weights"]:
         tab.add_column(col, justify="left" if col in ("trial", "spec") else "right")
     for r in rows:
@@ -60,8 +60,8 @@ def print_plan(sweep: Any, as_json: bool) -> None:
     con = Console()
     con.print(tab)
     es = sweep.early_stopping
-    con.print(f"metric {sweep.metric} ({sweep.mode}); checkpoints every {sweep.checkpoint_every:,} steps; "
-              f"data {sweep.data}; backend {sweep.backend}; failure budget {sweep.max_failures}"
+    con.print(f"metric {sweep.metric} ({sweep.mode}); checkpoints every {sweep.run.checkpoint_every:,} steps; "
+              f"data {sweep.run.data}; backend {sweep.run.backend}; failure budget {sweep.max_failures}"
               + (f"; ASHA at steps {', '.join(f'{m:,}' for m in es.milestones(sweep.steps))} (keep 1/{es.reduction_factor})"
                  if es else ""))
     con.print(f"{frames:,} frames in all")

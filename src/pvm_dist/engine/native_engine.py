@@ -8,6 +8,7 @@ engine's layout, so checkpoints are interchangeable between backends.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,8 @@ class NativeEngine(EngineBase):
             raise NativeEngineUnavailable(f"the native engine is not built: {native_import_error()}")
         super().__init__(spec, topology or build_topology(spec), n_seq, seed)
         self.device = device or default_device()
+        # Device views (CuPy) let reads of one ring slot copy only that slot off the GPU.
+        self._cupy_views = self.device.startswith("cuda") and importlib.util.find_spec("cupy") is not None
         self._engine = module.Engine(
             self.topo.native_arrays(), polynomial=bool(spec["polynomial"]),
             derivative=DERIVATIVE_MODES.index(spec["derivative"]), opt_abs_diff=bool(spec["opt_abs_diff"]),
@@ -92,7 +95,9 @@ class NativeEngine(EngineBase):
         return self._metrics_from(sums, baseline_sums, steps)
 
     def hidden(self) -> np.ndarray:
-        """Hidden activations [n_seq, ΣH] of the last step."""
+        """Hidden activations [n_seq, ΣH] of the last step (on a GPU with CuPy, only that ring slot is copied)."""
+        if self._cupy_views:
+            return self.hidden_view()[:, self.topo.h_act].get()
         h = self._engine.read("h_ring").reshape(self.state_shapes()["h_ring"])
         return h[(self.step_index - 1) % RING][:, self.topo.h_act]
 

@@ -61,12 +61,3 @@ def apply_events(events: list[ScheduleEvent], unit_layer: np.ndarray, lr: np.nda
         if ev.momentum is not None:
             mom[sel] = np.float32(ev.momentum)
 
-
-def rates_after(spec: Spec, unit_layer: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-unit (lr, momentum) in force during ``step`` (all events at steps ≤ ``step`` applied)."""
-    lr = np.zeros(len(unit_layer), np.float32)
-    mom = np.zeros(len(unit_layer), np.float32)
-    for s in event_steps(spec):
-        if s <= step:
-            apply_events(events_at(spec, s), unit_layer, lr, mom)
-    return lr, mom

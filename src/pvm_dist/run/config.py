@@ -37,7 +37,8 @@ class RunConfig:
     checkpoint_every: int = 0  # 0: only at the end (and on interruption)
     keep_checkpoints: int = 2  # the newest few are kept ...
     keep_every: int = 0  # ... and every checkpoint whose step is a multiple of this (0: none)
-    readout_from: int = 0  # train the readout from this step on, when the data has labels
+    readout: bool = True  # train a heatmap readout when the data has labels
+    readout_from: int = 0  # ... from this step on
     readout_lr: float | None = None  # None: the original's readout schedule (§4)
     heldout: str | None = None  # data scoring the readout at the end (None: synthetic data of another seed)
     heldout_steps: int = 300  # frames per sequence of that score (0: none)

@@ -9,11 +9,18 @@ accumulates both from the frames it holds. Errors are mean squared in the networ
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 
 PIXELS_PER_COMPRESSED_UNIT = 255.0 / 0.8
+#: The names a metrics interval reports (:func:`summarize` and the session's speeds), besides LAYER_METRIC's.
+LAYER0_METRICS = ("l0_two_step_px", "l0_one_step_px", "baseline_two_step_px", "baseline_one_step_px",
+                  "ratio_two_step", "ratio_one_step")
+SPEED_METRICS = ("frames_per_s", "steps_per_s")  # higher is better; every error is lower-is-better
+METRICS = LAYER0_METRICS + SPEED_METRICS
+LAYER_METRIC = re.compile(r"layer\d+_mse_(two|one)_step")
 
 
 def rmse_pixels(mse_compressed: float) -> float:
@@ -35,16 +42,10 @@ def summarize(engine_metrics: dict[str, Any]) -> dict[str, float]:
         return {}
     two, one = np.asarray(engine_metrics["mse_two_step"]), np.asarray(engine_metrics["mse_one_step"])
     base_two, base_one = float(engine_metrics["baseline_two_step"]), float(engine_metrics["baseline_one_step"])
-    out = {
-        "l0_two_step_px": rmse_pixels(two[0]),
-        "l0_one_step_px": rmse_pixels(one[0]),
-        "baseline_two_step_px": rmse_pixels(base_two),
-        "baseline_one_step_px": rmse_pixels(base_one),
-    }
-    if base_two > 0:
-        out["ratio_two_step"] = float(two[0] / base_two)
-    if base_one > 0:
-        out["ratio_one_step"] = float(one[0] / base_one)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = (rmse_pixels(two[0]), rmse_pixels(one[0]), rmse_pixels(base_two), rmse_pixels(base_one),
+                  float(two[0] / base_two) if base_two > 0 else np.nan, float(one[0] / base_one) if base_one > 0 else np.nan)
+    out = dict(zip(LAYER0_METRICS, values))
     for layer in range(len(two)):
         out[f"layer{layer}_mse_two_step"] = float(two[layer])
         out[f"layer{layer}_mse_one_step"] = float(one[layer])

@@ -44,7 +44,8 @@ class Session:
         self.source = source or make_source(config.data, config.spec.image_shape, config.n_seq, config.seed,
                                             data_path=config.data_path)
         self.readout: Readout | None = None
-        if self.source.labels(0) is not None and (learn or (state is not None and state.readout)):
+        wanted = config.readout if learn else state is not None and bool(state.readout)
+        if wanted and self.source.labels(0) is not None:
             self.readout = Readout(self.engine.topo, seed=config.seed, momentum=config.spec["momentum"])
         if state is not None:
             self._restore(state)

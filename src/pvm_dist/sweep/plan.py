@@ -23,25 +23,19 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pvm_dist.engine import BACKENDS
 from pvm_dist.model.spec import FIELDS, Spec, SpecError, load_spec
+from pvm_dist.run.config import RunConfig
+from pvm_dist.run.metrics import LAYER_METRIC, METRICS, SPEED_METRICS
 
-#: Metrics a trial reports (pvm_dist.run.metrics, pvm_dist.run.train), besides ``layerN_mse_{two,one}_step``.
-METRICS = (
-    "l0_two_step_px", "l0_one_step_px", "baseline_two_step_px", "baseline_one_step_px",
-    "ratio_two_step", "ratio_one_step", "frames_per_s", "steps_per_s",
-)
-_LAYER_METRIC = re.compile(r"layer\d+_mse_(two|one)_step")
-#: Speeds: higher is better, so they default to ``mode: max``; every error metric defaults to ``min``.
-_SPEED_METRICS = frozenset({"frames_per_s", "steps_per_s"})
 DEFAULT_METRIC = "ratio_two_step"
-BACKENDS = ("auto", "reference", "native")
 RANDOM_KINDS = ("uniform", "loguniform", "randint", "choice")
 SEED_PARAM = "seed"
-TOP_KEYS = (
-    "name", "description", "spec", "vary", "samples", "seed", "overrides", "metric", "mode", "steps",
-    "checkpoint_every", "metrics_every", "n_seq", "data", "data_path", "backend", "resources",
-    "max_failures", "max_concurrent", "early_stopping",
-)
+#: Run settings a sweep file may give (every trial's RunConfig; pvm_dist.run.config has their meaning).
+RUN_KEYS = ("steps", "checkpoint_every", "metrics_every", "picture_every", "n_seq", "data", "data_path", "backend",
+            "readout", "readout_from", "readout_lr", "heldout", "heldout_steps", "animation_frames")
+TOP_KEYS = ("name", "description", "spec", "vary", "samples", "seed", "overrides", "metric", "mode", *RUN_KEYS,
+            "resources", "max_failures", "max_concurrent", "early_stopping")
 _RESOURCE_KEYS = ("gpus_per_actor", "cpus_per_actor", "cpu_workers")
 _EARLY_STOPPING_KEYS = ("type", "grace_steps", "reduction_factor")
 _SIGNIFICANT_DIGITS = 6
@@ -136,7 +130,8 @@ class Trial:
 
 @dataclasses.dataclass(frozen=True)
 class SweepSpec:
-    """A validated sweep file. ``specs`` hold zoo names as written and spec files as absolute paths."""
+    """A validated sweep file. ``specs`` hold zoo names as written and spec files as absolute paths;
+    ``run`` holds the run settings every trial shares (its spec is the first spec's, replaced per trial)."""
 
     name: str
     source: str
@@ -147,13 +142,7 @@ class SweepSpec:
     overrides: dict[str, Any]
     metric: str
     mode: str
-    steps: int
-    checkpoint_every: int
-    metrics_every: int
-    n_seq: int
-    data: str
-    data_path: str | None
-    backend: str
+    run: RunConfig
     resources: Resources
     max_failures: int
     max_concurrent: int | None
@@ -185,6 +174,17 @@ class SweepSpec:
                                         seed=int(values.get(SEED_PARAM, self.seed)), varied=varied))
         return trials
 
+    @property
+    def steps(self) -> int:
+        """The steps every trial trains."""
+        return self.run.steps
+
+    def trial_config(self, trial: Trial) -> RunConfig:
+        """The run configuration of one trial: the shared settings, its spec, overrides and seed."""
+        spec = load_spec(trial.spec).with_overrides(trial.overrides)
+        return dataclasses.replace(self.run, spec=spec, seed=trial.seed, run_name=trial.trial_id,
+                                   overrides={k: str(v) for k, v in trial.overrides.items()})
+
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON-able sweep mapping; :func:`load_sweep` takes it back and plans the same trials."""
         es = self.early_stopping
@@ -194,8 +194,7 @@ class SweepSpec:
             "vary": {k: d.to_raw() for k, d in self.vary.items()},
             "samples": self.samples, "seed": self.seed, "overrides": dict(self.overrides),
             "metric": {"name": self.metric, "mode": self.mode},
-            "steps": self.steps, "checkpoint_every": self.checkpoint_every, "metrics_every": self.metrics_every,
-            "n_seq": self.n_seq, "data": self.data, "data_path": self.data_path, "backend": self.backend,
+            **{key: getattr(self.run, key) for key in RUN_KEYS},
             "resources": dataclasses.asdict(self.resources),
             "max_failures": self.max_failures, "max_concurrent": self.max_concurrent,
             "early_stopping": None if es is None else {"type": "asha", "grace_steps": es.grace_steps,
@@ -342,14 +341,7 @@ def _parse(raw: Any, label: str, default_name: str, base_dir: Path | None) -> Sw
     metrics_every = _at_most(c, "metrics_every", raw.get("metrics_every"),
                              None if checkpoint_every is None else min(100, checkpoint_every),
                              checkpoint_every, "checkpoint_every")
-    n_seq = c.integer("n_seq", raw.get("n_seq", 1), 1)
-    data = c.text("data", raw.get("data", "synthetic:balls"))
-    data_path = raw.get("data_path")
-    if data_path is not None:
-        data_path = c.text("data_path", data_path)
-    backend = raw.get("backend", "auto")
-    if backend not in BACKENDS:
-        c.add("backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    run = _run_config(c, raw, bases, steps, checkpoint_every, metrics_every)
     resources = _resources(c, raw.get("resources"))
     max_failures = c.integer("max_failures", raw.get("max_failures", 3), 0)
     max_concurrent = c.optional_integer("max_concurrent", raw.get("max_concurrent"), 1)
@@ -358,8 +350,7 @@ def _parse(raw: Any, label: str, default_name: str, base_dir: Path | None) -> Sw
         raise SweepError(label, c.problems)
     sweep = SweepSpec(
         name=name, source=label, specs=specs, vary=vary, samples=samples, seed=seed, overrides=overrides,
-        metric=metric, mode=mode, steps=steps, checkpoint_every=checkpoint_every, metrics_every=metrics_every,
-        n_seq=n_seq, data=data, data_path=data_path, backend=backend, resources=resources,
+        metric=metric, mode=mode, run=run, resources=resources,
         max_failures=max_failures, max_concurrent=max_concurrent, early_stopping=early_stopping,
         description=description,
     )
@@ -367,6 +358,30 @@ def _parse(raw: Any, label: str, default_name: str, base_dir: Path | None) -> Sw
     if problems:
         raise SweepError(label, problems)
     return sweep
+
+
+def _run_config(c: _Checker, raw: Mapping[str, Any], bases: Mapping[str, Spec], steps: int | None,
+                checkpoint_every: int | None, metrics_every: int | None) -> RunConfig | None:
+    """The run settings every trial shares; RunConfig's defaults for what the file leaves out."""
+    values: dict[str, Any] = {"steps": steps, "checkpoint_every": checkpoint_every, "metrics_every": metrics_every}
+    for key in ("n_seq", "picture_every", "readout_from", "heldout_steps", "animation_frames"):
+        if key in raw:
+            values[key] = c.integer(key, raw[key], 1 if key == "n_seq" else 0)
+    for key in ("data", "data_path", "heldout"):
+        if raw.get(key) is not None:
+            values[key] = c.text(key, raw[key])
+    if "readout" in raw and not isinstance(raw["readout"], bool):
+        c.add("readout", f"must be true or false, got {raw['readout']!r}")
+    values["readout"] = raw.get("readout")
+    if raw.get("readout_lr") is not None:
+        values["readout_lr"] = c.positive_number("readout_lr", raw["readout_lr"])
+    backend = raw.get("backend", "auto")
+    if backend not in BACKENDS:
+        c.add("backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    values["backend"] = backend
+    if c.problems or not bases:
+        return None
+    return RunConfig(spec=next(iter(bases.values())), track=False).replace(**values)
 
 
 def _specs(c: _Checker, raw: Any, base_dir: Path | None) -> tuple[tuple[str, ...], dict[str, Spec]]:
@@ -513,11 +528,11 @@ def _metric(c: _Checker, raw: Mapping[str, Any]) -> tuple[str, str]:
         metric = metric.get("name", DEFAULT_METRIC)
     if not isinstance(metric, str):
         c.add("metric", f"must be a metric name or a mapping {{name: ..., mode: min|max}}, got {metric!r}")
-    elif not (metric in METRICS or _LAYER_METRIC.fullmatch(metric)):
+    elif not (metric in METRICS or LAYER_METRIC.fullmatch(metric)):
         c.add("metric", f"unknown metric {metric!r}{_did_you_mean(metric, METRICS)}; known: {', '.join(METRICS)}, "
                         "layerN_mse_two_step, layerN_mse_one_step")
     if mode is None:
-        mode = "max" if isinstance(metric, str) and metric in _SPEED_METRICS else "min"
+        mode = "max" if isinstance(metric, str) and metric in SPEED_METRICS else "min"
     elif mode not in ("min", "max"):
         c.add(mode_key, f"must be min or max, got {mode!r}")
     return metric, mode
