@@ -101,10 +101,13 @@ class NativeEngine(EngineBase):
         h = self._engine.read("h_ring").reshape(self.state_shapes()["h_ring"])
         return h[(self.step_index - 1) % RING][:, self.topo.h_act]
 
-    def prediction(self) -> np.ndarray:
-        """Outputs [n_seq, ΣM] of the last step's forward pass."""
-        y = self._engine.read("y_ring").reshape(self.state_shapes()["y_ring"])
-        return y[(self.step_index - 1) % RING].copy()
+    def prediction(self, seq: int | None = None) -> np.ndarray:
+        """Outputs [n_seq, ΣM] of the last step's forward pass, or [ΣM] of sequence ``seq``."""
+        if self._cupy_views:
+            view = self.prediction_view()
+            return (view if seq is None else view[seq]).get()
+        y = self._engine.read("y_ring").reshape(self.state_shapes()["y_ring"])[(self.step_index - 1) % RING]
+        return (y if seq is None else y[seq]).copy()
 
     @property
     def device_label(self) -> str:

@@ -101,9 +101,11 @@ class ReferenceEngine(EngineBase):
         """Hidden activations [n_seq, ΣH] of the last step (for pictures and readouts)."""
         return self.h[(self.step_count - 1) % RING][:, self.topo.h_act].copy()
 
-    def prediction(self) -> np.ndarray:
-        """Outputs [n_seq, ΣM] of the last step's forward pass (first half of each: frame s+2)."""
-        return self.y[(self.step_count - 1) % RING].copy()
+    def prediction(self, seq: int | None = None) -> np.ndarray:
+        """Outputs [n_seq, ΣM] of the last step's forward pass (first half of each: frame s+2), or
+        [ΣM] of sequence ``seq``."""
+        y = self.y[(self.step_count - 1) % RING]
+        return (y if seq is None else y[seq]).copy()
 
     # --- one step, in the order of §3.3 -----------------------------------------------------
     def _assemble_inputs(self, frame: np.ndarray, cur: int, prev: int) -> None:

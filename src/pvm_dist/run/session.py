@@ -178,7 +178,7 @@ class Session:
 
     def predicted_frame(self) -> np.ndarray:
         """Sequence 0's two-step prediction of the last step, as a uint8 frame."""
-        return pictures.predicted_frame(self.engine.topo, self.engine.prediction()[0], ahead=2)
+        return pictures.predicted_frame(self.engine.topo, self.engine.prediction(0), ahead=2)
 
     def picture(self, **caption: Any) -> np.ndarray:
         """The display of §6 for sequence 0 (frame, prediction, error, readout, hidden tiles), BGR."""
