@@ -58,7 +58,7 @@ class ScriptedExecutor:
         if self.fail:
             self.events.append(TrialError(trial.trial_id, "DataError: no such file"))
             return
-        info = WorkerInfo(index, "node00", "host", 100 + index, f"actor{index}", ())
+        info = WorkerInfo("node00", "host", 100 + index, f"actor{index}", ())
         self.events.append(TrialStarted(trial.trial_id, info, self.at[trial.trial_id], "native", "cpu", 0.01,
                                         False, 0.02))
 

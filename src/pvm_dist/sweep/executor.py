@@ -39,7 +39,6 @@ class SweepRunError(RuntimeError):
 class WorkerInfo:
     """Where a worker runs (its ``describe()``)."""
 
-    index: int
     node: str
     host: str
     pid: int | None
@@ -176,6 +175,7 @@ class Executor:
         return [w.index for w in self.workers if not w.dead and w.info and w.trial is None and not w.calls]
 
     def workers_up(self) -> int:
+        """How many workers are up and alive (0 for long: no node can host one)."""
         return sum(1 for w in self.workers if w.info and not w.dead)
 
     def has_trials(self) -> bool:
@@ -183,9 +183,11 @@ class Executor:
         return any(w.trial is not None and not w.dead for w in self.workers)
 
     def summary(self) -> list[dict[str, Any]]:
+        """Every worker this session started, for the sweep's outcome."""
         return [{"index": w.index, "where": w.where, "dead": w.dead} for w in self.workers]
 
     def shutdown(self) -> None:
+        """Kill every worker actor: the sweep ended (or the driver failed)."""
         import ray
 
         for w in self.workers:
@@ -260,7 +262,7 @@ class Executor:
                 d = ray.get(ref)
             except ray.exceptions.RayError as exc:
                 return self._lost(w, exc)
-            w.info = WorkerInfo(w.index, d["node"], d["host"], d.get("pid"), d.get("actor"), tuple(d.get("gpus") or ()))
+            w.info = WorkerInfo(d["node"], d["host"], d.get("pid"), d.get("actor"), tuple(d.get("gpus") or ()))
             return None
         call = w.calls.popleft()
         try:
