@@ -27,6 +27,10 @@ class SuccessiveHalving:
     def is_milestone(self, step: int) -> bool:
         return step in self.rungs
 
+    def restore(self, trial_id: str, step: int, value: float) -> None:
+        """Put back a value recorded before (replayed from the sweep journal), deciding nothing."""
+        self.rungs[step][trial_id] = value
+
     def record(self, trial_id: str, step: int, value: float) -> bool:
         """Record ``value`` of ``trial_id`` at milestone ``step``; True if the trial should go on.
 

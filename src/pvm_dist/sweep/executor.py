@@ -1,0 +1,336 @@
+"""The executor: everything of a sweep that talks to Ray. No MLflow, no journal, no decisions.
+
+It connects to the cluster (:func:`connect`), creates one :class:`~pvm_dist.sweep.worker.TrialWorker`
+actor per GPU (or CPU workers where the cluster has none), starts trials on them and feeds each
+running trial chunks of steps (:class:`~pvm_dist.sweep.scheduler.ChunkPlan`), two queued ahead so the
+device never waits for the driver. :meth:`Executor.poll` waits on the workers' calls and turns every
+result that is ready into a typed event: :class:`TrialStarted`, :class:`ChunkDone`,
+:class:`FinalState`, :class:`TrialError` or :class:`WorkerLost` (its process killed, its node gone).
+What to do about an event (journal it, log it, stop the trial, start a replacement worker) is the
+driver's call.
+
+A worker's calls run in submission order, so the executor waits only on the oldest call of each
+worker. When a trial ends, results of the chunks still queued for it are dropped (an epoch per worker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import socket
+import time
+from collections import deque
+from typing import Any
+
+from pvm_dist.sweep.plan import SweepSpec, Trial
+from pvm_dist.sweep.scheduler import ChunkPlan
+
+PIPELINE_DEPTH = 2  # chunks queued on a worker ahead of the one running
+CLIENT_CONNECT_ATTEMPTS = 3
+
+
+class SweepRunError(RuntimeError):
+    """The sweep cannot run (no cluster, no resources); a user-facing message."""
+
+
+# ---- events -----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """Where a worker runs (its ``describe()``)."""
+
+    node: str
+    host: str
+    pid: int | None
+    actor: str | None
+    gpus: tuple[str, ...]
+
+    @property
+    def gpu(self) -> str:
+        return ",".join(self.gpus) or "cpu"
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}/{self.node[:6]} " + (f"gpu {self.gpu}" if self.gpus else "cpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialStarted:
+    """A trial is set up on a worker and continues from ``step``; ``round_trip_s``: as the driver saw it."""
+
+    trial_id: str
+    worker: WorkerInfo
+    step: int
+    backend: str
+    device: str
+    start_cost_s: float
+    warm: bool  # the worker had run a trial before
+    round_trip_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkDone:
+    """A chunk of ``n_steps`` ended at ``step``; ``state``/``picture`` when the chunk plan keeps them."""
+
+    trial_id: str
+    n_steps: int
+    step: int
+    metrics: dict[str, float]
+    state: dict[str, Any] | None
+    picture: bytes | None
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalState:
+    """The state asked for by :meth:`Executor.request_state` (the sweep is stopping)."""
+
+    trial_id: str
+    step: int
+    state: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialError:
+    """A trial's call raised (it diverged, its data is missing): one line saying why."""
+
+    trial_id: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerLost:
+    """A worker died; ``trial_id``: the trial it was running, if any."""
+
+    index: int
+    where: str
+    trial_id: str | None
+    reason: str
+
+
+Event = TrialStarted | ChunkDone | FinalState | TrialError | WorkerLost
+
+
+# ---- the executor -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Call:
+    ref: Any
+    kind: str  # "start", "chunk" or "final"
+    epoch: int
+    n_steps: int = 0
+    submitted: float = dataclasses.field(default_factory=time.perf_counter)
+
+
+@dataclasses.dataclass
+class _Worker:
+    index: int
+    handle: Any
+    ready_ref: Any  # describe() until the worker is up
+    info: WorkerInfo | None = None
+    trial: str | None = None
+    epoch: int = 0  # bumped when its trial ends: results of older calls are then dropped
+    calls: deque[_Call] = dataclasses.field(default_factory=deque)  # in submission order
+    submitted_to: int = 0  # the current trial's chunks are queued up to this step
+    dead: bool = False
+
+    @property
+    def where(self) -> str:
+        return self.info.where if self.info else "starting"
+
+
+class Executor:
+    """Runs a sweep's trials on Ray worker actors; see the module docstring."""
+
+    def __init__(self, sweep: SweepSpec, chunks: ChunkPlan) -> None:
+        self.sweep, self.chunks = sweep, chunks
+        self.workers: list[_Worker] = []
+        self.num_gpus = 0.0  # per worker
+        self._worker_class: Any = None
+
+    # ---- workers ----------------------------------------------------------------------------------
+    def start_workers(self, at_most: int) -> None:
+        """One worker per GPU the cluster has (else per ``cpus_per_actor`` CPUs), at most ``at_most``."""
+        import ray
+
+        from pvm_dist.sweep.worker import TrialWorker
+
+        res = self.sweep.resources
+        cluster = ray.cluster_resources()
+        if cluster.get("GPU", 0.0) >= res.gpus_per_actor:
+            count, self.num_gpus = int(cluster["GPU"] // res.gpus_per_actor), res.gpus_per_actor
+        else:
+            count = res.cpu_workers or max(1, int(cluster.get("CPU", 1.0) // res.cpus_per_actor))
+        self._worker_class = ray.remote(TrialWorker).options(num_gpus=self.num_gpus, num_cpus=res.cpus_per_actor,
+                                                             max_restarts=0)
+        for _ in range(min(count, at_most)):
+            self.add_worker()
+
+    def add_worker(self) -> None:
+        """Start one more worker (a replacement for a lost one); it is idle once it has described itself."""
+        handle = self._worker_class.remote()
+        self.workers.append(_Worker(len(self.workers), handle, handle.describe.remote()))
+
+    def idle_workers(self) -> list[int]:
+        """Workers that are up, have no trial and no calls left of their last one."""
+        return [w.index for w in self.workers if not w.dead and w.info and w.trial is None and not w.calls]
+
+    def workers_up(self) -> int:
+        """How many workers are up and alive (0 for long: no node can host one)."""
+        return sum(1 for w in self.workers if w.info and not w.dead)
+
+    def has_trials(self) -> bool:
+        """Whether a live worker has a trial (its start call may still be under way)."""
+        return any(w.trial is not None and not w.dead for w in self.workers)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Every worker this session started, for the sweep's outcome."""
+        return [{"index": w.index, "where": w.where, "dead": w.dead} for w in self.workers]
+
+    def shutdown(self) -> None:
+        """Kill every worker actor: the sweep ended (or the driver failed)."""
+        import ray
+
+        for w in self.workers:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(w.handle)
+
+    # ---- trials -----------------------------------------------------------------------------------
+    def start_trial(self, index: int, trial: Trial, state: dict[str, Any] | None) -> None:
+        """Set ``trial`` up on idle worker ``index``, continuing from checkpoint ``state`` if given."""
+        import ray
+
+        w = self.workers[index]
+        w.trial = trial.trial_id
+        settings = {"backend": self.sweep.backend, "n_seq": self.sweep.n_seq, "data": self.sweep.data,
+                    "data_path": self.sweep.data_path}
+        ref = w.handle.start.remote(trial.to_dict(), settings, None if state is None else ray.put(state))
+        w.calls.append(_Call(ref, "start", w.epoch))
+
+    def feed(self, trial_id: str) -> None:
+        """Queue the trial's next chunks until PIPELINE_DEPTH are queued or its last step is."""
+        w = self._running(trial_id)
+        while (sum(1 for c in w.calls if c.kind == "chunk" and c.epoch == w.epoch) < PIPELINE_DEPTH
+               and w.submitted_to < self.chunks.steps):
+            end = self.chunks.end_after(w.submitted_to)
+            keep = self.chunks.keeps_state(end)
+            self._advance(w, "chunk", end - w.submitted_to, keep, keep)
+            w.submitted_to = end
+
+    def request_state(self, trial_id: str) -> None:
+        """Ask for the trial's state after its queued chunks (a :class:`FinalState`)."""
+        self._advance(self._running(trial_id), "final", 0, True, False)
+
+    def release(self, trial_id: str) -> None:
+        """The trial ended: its worker is free once its queued calls are done (their results dropped)."""
+        for w in self.workers:
+            if w.trial == trial_id:
+                w.trial = None
+                w.epoch += 1
+
+    def _running(self, trial_id: str) -> _Worker:
+        return next(w for w in self.workers if w.trial == trial_id and not w.dead)
+
+    def _advance(self, w: _Worker, kind: str, n_steps: int, want_state: bool, want_picture: bool) -> None:
+        ref = w.handle.advance.remote(n_steps, want_state, want_picture)
+        w.calls.append(_Call(ref, kind, w.epoch, n_steps))
+
+    # ---- results ----------------------------------------------------------------------------------
+    def poll(self, timeout_s: float) -> list[Event]:
+        """Wait up to ``timeout_s`` for a result, then turn every result that is ready into its event."""
+        import ray
+
+        heads = {w.ready_ref if w.info is None else w.calls[0].ref: w for w in self.workers
+                 if not w.dead and (w.info is None or w.calls)}
+        if not heads:
+            time.sleep(timeout_s)
+            return []
+        refs = list(heads)
+        first, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)  # returns at the first result, not at timeout_s
+        if not first:
+            return []
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done = set(first) | set(ready)
+        events = [self._collect(heads[ref], ref) for ref in refs if ref in done]
+        return [ev for ev in events if ev is not None]
+
+    def _collect(self, w: _Worker, ref: Any) -> Event | None:
+        """The event of ``w``'s finished oldest call (None for a worker coming up or a dropped result)."""
+        import ray
+
+        if w.info is None:
+            try:
+                d = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                return self._lost(w, exc)
+            w.info = WorkerInfo(d["node"], d["host"], d.get("pid"), d.get("actor"), tuple(d.get("gpus") or ()))
+            return None
+        call = w.calls.popleft()
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            return self._lost(w, exc)
+        except ray.exceptions.RayTaskError as exc:
+            if call.epoch != w.epoch or w.trial is None:
+                return None
+            cause = getattr(exc, "cause", None) or exc
+            return TrialError(w.trial, f"{type(cause).__name__}: {cause}".splitlines()[0][:500])
+        if call.epoch != w.epoch or w.trial is None:
+            return None  # a call queued before its trial ended
+        step = int(result["step"])
+        if call.kind == "start":
+            w.submitted_to = step
+            return TrialStarted(w.trial, w.info, step, result["backend"], result["device"], result["start_cost_s"],
+                                result["warm"], time.perf_counter() - call.submitted)
+        if call.kind == "chunk":
+            return ChunkDone(w.trial, call.n_steps, step, result["metrics"], result.get("state"), result.get("picture"))
+        return FinalState(w.trial, step, result["state"])
+
+    def _lost(self, w: _Worker, exc: Exception) -> WorkerLost:
+        w.dead = True
+        w.calls.clear()
+        trial_id, w.trial = w.trial, None
+        text = str(exc).strip()
+        return WorkerLost(w.index, w.where, trial_id, text.splitlines()[0][:300] if text else type(exc).__name__)
+
+
+# ---- the cluster ------------------------------------------------------------------------------------
+
+def connect(address: str | None) -> None:
+    """Join the Ray cluster at ``address`` (``auto``, ``host:port``, ``ray://host:port``) or start a local one."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address not in (None, "auto"):
+        _probe(address)
+    kwargs: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": False}
+    # A Ray Client server starts a server process per client; on a busy head that can fail once.
+    attempts = CLIENT_CONNECT_ATTEMPTS if address and address.startswith("ray://") else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            if address is None:
+                ray.init(include_dashboard=False, **kwargs)
+            else:
+                ray.init(address=address, **kwargs)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises many kinds here; the user needs one line
+            if attempt < attempts and isinstance(exc, ConnectionError):
+                time.sleep(2.0 * attempt)
+                continue
+            where = address or "a local Ray instance"
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            said = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"  # the cause is often last
+            raise SweepRunError(f"cannot connect to Ray at {where}: {type(exc).__name__}: {said}") from None
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, with one line, when nothing listens at a cluster address (Ray itself retries for minutes)."""
+    hostport = address.removeprefix("ray://").rsplit("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise SweepRunError(f"--address {address!r}: expected auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise SweepRunError(f"cannot reach a Ray cluster at {address}: {exc.strerror or exc}") from None
