@@ -18,6 +18,11 @@ from pvm_dist.sweep.plan import load_sweep
 pytest.importorskip("mlflow")
 
 
+def run_state(step: int, *arrays: np.ndarray) -> dict:
+    """A worker's state as it comes back through Ray (RunState.to_dict(); the driver keeps its own config)."""
+    return {"engine": {"step": step, **{f"w{i}": a for i, a in enumerate(arrays)}}, "readout": {}, "run": {}}
+
+
 class ScriptedExecutor:
     """The executor's interface, 'training' by counting steps; ``lose``: (trial, step) where its worker dies."""
 
@@ -53,7 +58,7 @@ class ScriptedExecutor:
 
     def start_trial(self, index, trial, state) -> None:
         self.workers[index] = trial.trial_id
-        self.at[trial.trial_id] = int(state["step"]) if state else 0
+        self.at[trial.trial_id] = int(state["engine"]["step"]) if state else 0
         self.value[trial.trial_id] = float(trial.seed)
         if self.fail:
             self.events.append(TrialError(trial.trial_id, "DataError: no such file"))
@@ -71,12 +76,12 @@ class ScriptedExecutor:
                 index = next(i for i, t in self.workers.items() if t == trial_id)
                 self.events.append(WorkerLost(index, "host/node00 cpu", trial_id, "ActorDiedError: killed"))
                 return
-            state = {"step": end, "w": np.full(3, float(end))} if self.chunks.keeps_state(end) else None
+            state = run_state(end, np.full(3, float(end))) if self.chunks.keeps_state(end) else None
             self.events.append(ChunkDone(trial_id, end - start, end, {"ratio_two_step": self.value[trial_id]},
                                          state, None))
 
     def request_state(self, trial_id: str) -> None:
-        self.events.append(FinalState(trial_id, self.at[trial_id], {"step": self.at[trial_id]}))
+        self.events.append(FinalState(trial_id, self.at[trial_id], run_state(self.at[trial_id])))
 
     def release(self, trial_id: str) -> None:
         self.workers = {i: (None if t == trial_id else t) for i, t in self.workers.items()}
@@ -144,7 +149,7 @@ def test_asha_stops_trials_and_journals_each_milestone_before_acting(tmp_path, m
         ("milestone", "t000", 200), ("milestone", "t000", 400), ("trial_ended", "t000", 600),
         ("milestone", "t001", 200), ("trial_ended", "t001", 200),
         ("milestone", "t002", 200), ("trial_ended", "t002", 200)]
-    assert out.frames == (600 + 200 + 200) * d.sweep.n_seq and scripted.last.shut
+    assert out.frames == (600 + 200 + 200) * d.sweep.run.n_seq and scripted.last.shut
     # A resumed driver's scheduler gets the rungs back from the journal.
     again = Driver(d.folder, d.sweep, list(d.trials.values()), d.opts, d.folder.state())
     assert again.scheduler.halving.rungs == {200: {"t000": 1.0, "t001": 5.0, "t002": 2.0}, 400: {"t000": 1.0}}

@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from pvm_dist.io import checkpoint
-from pvm_dist.model.spec import Spec, load_spec
+from pvm_dist.run import state as run_state
+from pvm_dist.run.config import RunConfig
 from pvm_dist.run.signals import stop_on_signals
-from pvm_dist.sweep.executor import (ChunkDone, Event, Executor, FinalState, SweepRunError, TrialError, TrialStarted,
-                                     WorkerLost, connect)
+from pvm_dist.run.state import RunState
+from pvm_dist.sweep.executor import (ChunkDone, EngineUnavailable, Event, Executor, FinalState, SweepRunError, TrialError,
+                                     TrialStarted, WorkerLost, connect)
 from pvm_dist.sweep.journal import (
     DEFAULT_ROOT,
     FAILED,
@@ -92,10 +94,10 @@ class SweepOutcome:
 
 @dataclasses.dataclass
 class _Live:
-    """A started trial: its effective spec and its open MLflow run."""
+    """A started trial: its run configuration and its open MLflow run."""
 
     trial: Trial
-    spec: Spec
+    config: RunConfig
     tracker: Tracker
     stopping: bool = False  # the sweep stops: its final state is asked for
 
@@ -189,6 +191,8 @@ class Driver:
                 self._on_final(event)
             case TrialError():
                 self._end_trial(event.trial_id, FAILED, event.reason, failure=True)
+            case EngineUnavailable():
+                self.stop_reason = self.stop_reason or f"{event.reason}; no trial was started with it"
             case WorkerLost():
                 self._on_worker_lost(event)
 
@@ -197,7 +201,7 @@ class Driver:
         state = None
         if self.state.trials[trial_id].checkpoint_step:
             try:
-                state = checkpoint.load(self.folder.checkpoint_file(trial_id)).state
+                state = run_state.load(self.folder.checkpoint_file(trial_id))[0].to_dict()
             except (checkpoint.CheckpointError, OSError) as exc:
                 self._end_trial(trial_id, FAILED, f"cannot continue from its checkpoint: {exc}", failure=True)
                 return
@@ -211,9 +215,9 @@ class Driver:
         tracker = Tracker.start(self.mlflow_uri, self.experiment, run_name=trial.trial_id, run_id=ts.run_id,
                                 parent_run_id=self.parent.run_id, tags=run_tags(ev.backend, ev.device, where),
                                 fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback")
-        spec = load_spec(trial.spec).with_overrides(trial.overrides)
+        config = self.sweep.trial_config(trial)
         if ts.run_id is None:
-            tracker.log_params(self._trial_params(trial, spec, ev.backend))
+            tracker.log_params(self._trial_params(trial, config))
             if tracker.run_id:
                 self.folder.append("trial_run", trial=trial.trial_id, run_id=tracker.run_id)
                 ts.run_id = tracker.run_id
@@ -222,20 +226,19 @@ class Driver:
         self.state.apply(self.folder.append(
             "trial_started", trial=trial.trial_id, step=ev.step, node=w.node, host=w.host, gpu=w.gpu, actor=w.actor,
             pid=w.pid, start_cost_s=ev.start_cost_s, warm=ev.warm, round_trip_s=ev.round_trip_s, device=ev.device))
-        self.live[trial.trial_id] = _Live(trial, spec, tracker)
+        self.live[trial.trial_id] = _Live(trial, config, tracker)
         self.first_start = self.first_start or time.perf_counter()
         if not self._stopping():  # stopping: _assign asks for its state instead
             self.executor.feed(trial.trial_id)
 
-    def _trial_params(self, trial: Trial, spec: Spec, backend: str) -> dict[str, Any]:
-        return {"spec": spec.to_dict(), "spec_name": spec.name, "overrides": trial.overrides or "none",
-                "varied": trial.varied or "none", "seed": trial.seed, "n_seq": self.sweep.n_seq, "backend": backend,
-                "data": self.sweep.data, "steps": self.sweep.steps, "sweep_id": self.folder.sweep_id}
+    def _trial_params(self, trial: Trial, config: RunConfig) -> dict[str, Any]:
+        """What ``train`` logs for the same run configuration, plus what the sweep varied."""
+        return {**config.params(), "varied": trial.varied or "none", "sweep_id": self.folder.sweep_id}
 
     def _on_chunk(self, ev: ChunkDone) -> None:
         """Log and journal the chunk's metrics, keep its checkpoint, then finish, stop or feed the trial."""
         live, trial_id, step = self.live[ev.trial_id], ev.trial_id, ev.step
-        self.frames += ev.n_steps * self.sweep.n_seq
+        self.frames += ev.n_steps * self.sweep.run.n_seq
         if ev.metrics:
             live.tracker.log_metrics(ev.metrics, step=step)
         self.state.apply(self.folder.append(
@@ -244,6 +247,10 @@ class Driver:
             metrics={k: v for k, v in ev.metrics.items() if not k.startswith("layer")}))
         if ev.state is not None:
             self._save_checkpoint(live, step, ev.state, ev.picture)
+        if ev.heldout:
+            live.tracker.log_metrics(ev.heldout, step=step)
+        if ev.gif:
+            self._keep_artifact(live, "prediction.gif", ev.gif, None)
         if step >= self.sweep.steps:
             self._end_trial(trial_id, FINISHED, None)
             return
@@ -265,27 +272,25 @@ class Driver:
         self.executor.release(ev.trial_id)
 
     def _save_checkpoint(self, live: _Live, step: int, state: dict[str, Any], picture: bytes | None) -> None:
-        """Write the trial's checkpoint (with a training run's metadata), journal it, and log it and the picture."""
-        from pvm_dist.run.train import TrainConfig
-
+        """Write the trial's checkpoint (with its run configuration and MLflow run), journal it, log it and the picture."""
         trial = live.trial
         path = self.folder.checkpoint_file(trial.trial_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         ts = self.state.trials[trial.trial_id]
-        cfg = TrainConfig(spec=live.spec, steps=self.sweep.steps,
-                          run_dir=self.folder.trial_dir(trial.trial_id), n_seq=self.sweep.n_seq, seed=trial.seed,
-                          backend=self.sweep.backend, data=self.sweep.data, data_path=self.sweep.data_path,
-                          mlflow_uri=self.mlflow_uri, experiment=self.experiment, run_name=trial.trial_id,
-                          run_id=ts.run_id, overrides={k: str(v) for k, v in trial.overrides.items()},
-                          metrics_every=self.sweep.metrics_every)
-        checkpoint.save(path, state, {**cfg.meta(), "sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id})
+        config = live.config.replace(track=True, mlflow_uri=self.mlflow_uri, experiment=self.experiment, run_id=ts.run_id)
+        run_state.save(path, RunState(state["engine"], state["readout"], config),
+                       {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id})
         self.state.apply(self.folder.append("checkpoint", trial=trial.trial_id, step=step, path=str(path)))
         live.tracker.log_artifact(path, "checkpoints")
         if picture:
-            pic = self.folder.trial_dir(trial.trial_id) / "pictures" / f"step_{step:09d}.png"
-            pic.parent.mkdir(parents=True, exist_ok=True)
-            pic.write_bytes(picture)
-            live.tracker.log_artifact(pic, "pictures")
+            self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
+
+    def _keep_artifact(self, live: _Live, name: str, data: bytes, artifact_path: str | None) -> None:
+        """A file the worker sent, kept in the trial's folder and logged to its run."""
+        path = self.folder.trial_dir(live.trial.trial_id) / (artifact_path or "") / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        live.tracker.log_artifact(path, artifact_path)
 
     def _end_trial(self, trial_id: str, status: str, reason: str | None, failure: bool = False) -> None:
         """Close the trial's run, journal its final status, free its worker; a failure counts."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from pvm_dist.sweep.plan import SweepSpec, Trial
 from pvm_dist.sweep.scheduler import ChunkPlan
+from pvm_dist.sweep.worker import BackendUnavailable, TrialWorker
 
 PIPELINE_DEPTH = 2  # chunks queued on a worker ahead of the one running
 CLIENT_CONNECT_ATTEMPTS = 3
@@ -70,7 +71,8 @@ class TrialStarted:
 
 @dataclasses.dataclass(frozen=True)
 class ChunkDone:
-    """A chunk of ``n_steps`` ended at ``step``; ``state``/``picture`` when the chunk plan keeps them."""
+    """A chunk of ``n_steps`` ended at ``step``; ``state``/``picture`` when the chunk plan keeps them, and at
+    the trial's last step its animation (GIF bytes) and held-out scores."""
 
     trial_id: str
     n_steps: int
@@ -78,6 +80,8 @@ class ChunkDone:
     metrics: dict[str, float]
     state: dict[str, Any] | None
     picture: bytes | None
+    gif: bytes | None = None
+    heldout: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +102,13 @@ class TrialError:
 
 
 @dataclasses.dataclass(frozen=True)
+class EngineUnavailable:
+    """A worker cannot build the engine the sweep asks for: no trial can run, the sweep must stop."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class WorkerLost:
     """A worker died; ``trial_id``: the trial it was running, if any."""
 
@@ -107,7 +118,7 @@ class WorkerLost:
     reason: str
 
 
-Event = TrialStarted | ChunkDone | FinalState | TrialError | WorkerLost
+Event = TrialStarted | ChunkDone | FinalState | TrialError | EngineUnavailable | WorkerLost
 
 
 # ---- the executor -----------------------------------------------------------------------------------
@@ -152,8 +163,6 @@ class Executor:
         """One worker per GPU the cluster has (else per ``cpus_per_actor`` CPUs), at most ``at_most``."""
         import ray
 
-        from pvm_dist.sweep.worker import TrialWorker
-
         res = self.sweep.resources
         cluster = ray.cluster_resources()
         if cluster.get("GPU", 0.0) >= res.gpus_per_actor:
@@ -168,7 +177,8 @@ class Executor:
     def add_worker(self) -> None:
         """Start one more worker (a replacement for a lost one); it is idle once it has described itself."""
         handle = self._worker_class.remote()
-        self.workers.append(_Worker(len(self.workers), handle, handle.describe.remote()))
+        # describe() also builds the sweep's engine once, so a worker that cannot is known before any trial.
+        self.workers.append(_Worker(len(self.workers), handle, handle.describe.remote(self.sweep.run.to_dict())))
 
     def idle_workers(self) -> list[int]:
         """Workers that are up, have no trial and no calls left of their last one."""
@@ -201,9 +211,8 @@ class Executor:
 
         w = self.workers[index]
         w.trial = trial.trial_id
-        settings = {"backend": self.sweep.backend, "n_seq": self.sweep.n_seq, "data": self.sweep.data,
-                    "data_path": self.sweep.data_path}
-        ref = w.handle.start.remote(trial.to_dict(), settings, None if state is None else ray.put(state))
+        config = self.sweep.trial_config(trial).to_dict()
+        ref = w.handle.start.remote(trial.trial_id, config, None if state is None else ray.put(state))
         w.calls.append(_Call(ref, "start", w.epoch))
 
     def feed(self, trial_id: str) -> None:
@@ -260,6 +269,12 @@ class Executor:
         if w.info is None:
             try:
                 d = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, BackendUnavailable):
+                    w.dead = True
+                    return EngineUnavailable(str(cause))
+                return self._lost(w, exc)
             except ray.exceptions.RayError as exc:
                 return self._lost(w, exc)
             w.info = WorkerInfo(d["node"], d["host"], d.get("pid"), d.get("actor"), tuple(d.get("gpus") or ()))
@@ -282,7 +297,8 @@ class Executor:
             return TrialStarted(w.trial, w.info, step, result["backend"], result["device"], result["start_cost_s"],
                                 result["warm"], time.perf_counter() - call.submitted)
         if call.kind == "chunk":
-            return ChunkDone(w.trial, call.n_steps, step, result["metrics"], result.get("state"), result.get("picture"))
+            return ChunkDone(w.trial, call.n_steps, step, result["metrics"], result.get("state"), result.get("picture"),
+                             result.get("gif") or None, result.get("heldout") or {})
         return FinalState(w.trial, step, result["state"])
 
     def _lost(self, w: _Worker, exc: Exception) -> WorkerLost:

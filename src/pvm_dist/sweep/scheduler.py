@@ -108,7 +108,7 @@ class ChunkPlan:
 
     @classmethod
     def of(cls, sweep: SweepSpec, scheduler: TrialScheduler) -> ChunkPlan:
-        return cls(sweep.steps, sweep.metrics_every, sweep.checkpoint_every, tuple(scheduler.milestones()))
+        return cls(sweep.steps, sweep.run.metrics_every, sweep.run.checkpoint_every, tuple(scheduler.milestones()))
 
     def end_after(self, step: int) -> int:
         """The end of the chunk that starts at ``step``."""
