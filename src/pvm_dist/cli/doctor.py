@@ -64,3 +64,25 @@ def collect() -> dict[str, Any]:
         "opencv": _version("opencv-python-headless") if _version("opencv-python-headless") != "not installed" else _version("opencv-python"),
         "typer": _version("typer"),
     }
+
+
+def ray_worker_engine() -> dict[str, Any]:
+    """What a sweep's worker on this machine imports and which engine it builds (``backend: auto``),
+    asked of a real worker actor on a local Ray instance; or why none could be asked."""
+    try:
+        import ray
+
+        from pvm_dist.model.spec import load_spec
+        from pvm_dist.run.config import RunConfig
+        from pvm_dist.sweep.executor import connect
+        from pvm_dist.sweep.worker import TrialWorker
+
+        connect(None)
+        try:
+            worker = ray.remote(TrialWorker).options(num_cpus=0).remote()
+            info = ray.get(worker.describe.remote(RunConfig(spec=load_spec("tiny")).to_dict()), timeout=120)
+        finally:
+            ray.shutdown()
+    except Exception as exc:  # noqa: BLE001 - a diagnosis reports what went wrong, whatever it was
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    return {"package": info["package"], "backend": info["backend"], "device": info["device"]}

@@ -190,11 +190,17 @@ def validate(
 
 
 @app.command()
-def doctor(as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
-    """What this installation has: Python, numpy, the native module and its CUDA status, GPUs, Ray, MLflow."""
-    from pvm_dist.cli.doctor import collect
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    ray_worker: Annotated[bool, typer.Option("--ray/--no-ray", help="Also start a local Ray worker and report which engine it gets (a few seconds).")] = True,
+) -> None:
+    """What this installation has: Python, numpy, the native module and its CUDA status, GPUs, Ray, MLflow,
+    and the engine a sweep's Ray worker on this machine gets."""
+    from pvm_dist.cli.doctor import collect, ray_worker_engine
 
     report = collect()
+    if ray_worker:
+        report["ray_worker"] = ray_worker_engine()
     if as_json:
         _print_json(report)
         return

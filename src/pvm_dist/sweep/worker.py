@@ -28,6 +28,7 @@ import cv2
 
 from pvm_dist.data.source import FrameSource, make_source
 from pvm_dist.engine import build_engine
+from pvm_dist.model.spec import load_spec
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.evaluate import score_heldout
 from pvm_dist.run.session import Session
@@ -56,17 +57,18 @@ class TrialWorker:
         import ray
 
         ctx = ray.get_runtime_context()
+        package = str(Path(sys.modules["pvm_dist"].__file__).parent)
         out: dict[str, Any] = {"node": ctx.get_node_id()[:12], "host": socket.gethostname(), "pid": os.getpid(),
                                "actor": ctx.get_actor_id()[:12] if ctx.get_actor_id() else None,
-                               "gpus": [str(g) for g in ray.get_gpu_ids()]}
+                               "gpus": [str(g) for g in ray.get_gpu_ids()], "package": package}
         if config is not None:
             cfg = RunConfig.from_dict(config)
-            try:
-                engine = build_engine(cfg.spec, backend=cfg.backend, n_seq=1, seed=0, device=cfg.device)
+            try:  # the smallest model on the run's backend and device: the check costs no memory to speak of
+                engine = build_engine(load_spec("tiny"), backend=cfg.backend, n_seq=1, seed=0, device=cfg.device)
             except Exception as exc:  # a missing module, a device this build cannot serve, ...
-                package = Path(sys.modules["pvm_dist"].__file__).parent
                 raise BackendUnavailable(f"a worker on {out['host']} cannot build the '{cfg.backend}' engine: {exc} "
-                                         f"(it imports pvm_dist from {package})") from None
+                                         f"(it imports pvm_dist from {package}; is pvm-dist installed with its "
+                                         f"native module where the workers run?)") from None
             out.update(backend=engine.backend, device=engine.device_label)
         return out
 
