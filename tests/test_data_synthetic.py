@@ -171,6 +171,13 @@ def test_bar_and_noise_keep_their_contract():
     noise = make_source("synthetic:noise", SHAPE, 2, seed=0)
     assert isinstance(noise, NoiseSource) and np.array_equal(noise.frames(4), noise.frames(4))
     assert noise.describe()["labelled"] is False and noise.labels(1) is None
+    for src in (bar, noise):
+        block = src.frames_block(40, 25)  # the bar's block spans several direction cycles
+        assert block.shape == (25, 2, *SHAPE) and not src.device_renderable
+        assert all(np.array_equal(block[i], src.frames(40 + i)) for i in range(25))
+        assert src.labels_block(0, 2) is None and src.boxes_block(0, 2) is None
+    for t in (0, 5, 30):  # first cycle: the bar's top row is m − 1 + t, two rows high
+        assert np.flatnonzero(bar.frame(t)[:, 0, 0] == 0).tolist() == [29 + t, 30 + t][: 60 - (29 + t)]
 
 
 def test_unknown_synthetic_and_unknown_names():

@@ -138,7 +138,8 @@ class BallSource:
         self.textures = np.stack(textures)  # uint8 [n_seq, 2H, 2W, 3]
         self.palette = np.array(colors, np.uint8)  # [n_seq, nb, 3] BGR; ball 0 is the target
         if c == 1:  # grey: convert the texture and the colours, which is converting every drawn pixel
-            self.textures = cv2.cvtColor(self.textures.reshape(-1, 2 * w, 3), cv2.COLOR_BGR2GRAY).reshape(n_seq, 2 * h, 2 * w, 1)
+            grey = cv2.cvtColor(self.textures.reshape(-1, 2 * w, 3), cv2.COLOR_BGR2GRAY)
+            self.textures = grey.reshape(n_seq, 2 * h, 2 * w, 1)
             self.palette = cv2.cvtColor(self.palette, cv2.COLOR_BGR2GRAY).reshape(n_seq, nb, 1)
         self.radii = np.array(radii, np.int64)  # [n_seq, nb]
         self.colors = colors

@@ -79,10 +79,9 @@ class BarSource(_Synthetic):
         """The bar's top row m − 1 + k·d in frames ``t`` (int array): the first cycle has k = 0…m with
         d = +1, later ones k = 1…m with d drawn per cycle (one generator per distinct cycle)."""
         cycle, k = np.divmod(np.maximum(t - self.m - 1, 0), max(self.m, 1))
-        d = np.ones_like(t)
-        for c in np.unique(cycle[t > self.m]):
-            d[(cycle == c) & (t > self.m)] = 1 if np.random.default_rng([self.seed, int(c)]).integers(2) else -1
-        return self.m - 1 + np.where(t <= self.m, t, k + 1) * d
+        cycles, which = np.unique(cycle, return_inverse=True)
+        d = np.array([1 if np.random.default_rng([self.seed, int(c)]).integers(2) else -1 for c in cycles])
+        return self.m - 1 + np.where(t <= self.m, t, (k + 1) * d[which.reshape(t.shape)])
 
     def _draw(self, t: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Frames ``t`` (int array) into ``out`` [*t.shape, H, W, C]: white, with black rows top and top + 1
