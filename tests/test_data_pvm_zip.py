@@ -159,3 +159,19 @@ def test_corrupt_jpeg_member_is_named_when_read(tmp_path):
     src = make_source(str(path), SHAPE, 1, 0)  # only frame 0 is decoded when opening
     with pytest.raises(DataError, match=r"badjpg\.zip: member 'clip/img/0003\.jpg' is not a decodable JPEG"):
         src.frames(0)
+
+
+def test_zip_blocks_equal_the_steps(tmp_path):
+    a = make_zip(tmp_path / "a.zip", n=12)
+    b = make_zip(tmp_path / "b.zip", n=7, name="other", labels=False)
+    src = make_source(f"{a},{b}", SHAPE, 3, seed=0, cache_bytes=2 * 32 * D * D * 3)  # evicts within a block
+    assert src.device_renderable is False
+    for step, k in [(0, 1), (0, 45), (17, 9), (1000, 3)]:  # 45 > 19 frames: every stream wraps inside the block
+        frames, labels, boxes = src.frames_block(step, k), src.labels_block(step, k), src.boxes_block(step, k)
+        assert frames.shape == (k, 3, *SHAPE) and labels.shape == (k, 3, D, D) and boxes.shape == (k, 3, 4)
+        assert frames.dtype == np.uint8 and labels.dtype == np.float32 and boxes.dtype == np.int32
+        for i in range(k):
+            assert np.array_equal(frames[i], src.frames(step + i))
+            assert np.array_equal(labels[i], src.labels(step + i)) and np.array_equal(boxes[i], src.boxes(step + i))
+    unlabelled = make_source(str(b), SHAPE, 2, seed=0)
+    assert unlabelled.labels_block(0, 4) is None and unlabelled.boxes_block(0, 4) is None

@@ -78,6 +78,24 @@ def test_cache_eviction_keeps_frames_identical(tmp_path):
     assert big.cache.stats()["evictions"] == 0
 
 
+def test_blocks_equal_the_steps_and_fill_out(tmp_path):
+    paths = [folder(tmp_path / f"f{k}", n, k) for k, n in enumerate([40, 6, 35])]
+    src = make_source(",".join(str(p) for p in paths), SHAPE, 5, seed=0)
+    block = src.frames_block(3, 90)  # crosses chunk and file boundaries and wraps (81 frames)
+    assert block.shape == (90, 5, *SHAPE) and block.dtype == np.uint8
+    assert all(np.array_equal(block[i], src.frames(3 + i)) for i in range(90))
+    assert [ids(block[i]) for i in (0, 37)] == [ids(src.frames(3)), ids(src.frames(40))]
+    out = np.zeros((4, 5, *SHAPE), np.uint8)
+    assert src.frames_block(7, 4, out=out) is out and np.array_equal(out, block[4:8])
+    assert src.labels_block(0, 3) is None and src.boxes_block(0, 3) is None and src.device_renderable is False
+    with pytest.raises(ValueError, match="out must be"):
+        src.frames_block(0, 4, out=np.zeros((4, 5, 16, 16, 1), np.uint8))
+    with pytest.raises(ValueError, match="k >= 1"):
+        src.frames_block(0, 0)
+    with pytest.raises(ValueError, match="step must be >= 0"):
+        src.frames_block(-1, 2)
+
+
 def test_lru_order():
     cache = FrameCache(budget=300)
     calls = []

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
+import cv2
 import numpy as np
 import pytest
 
@@ -16,6 +18,23 @@ SHAPE = (60, 60, 3)
 
 def green_pixels(frame: np.ndarray) -> np.ndarray:
     return (frame == np.array(TARGET_COLOR, np.uint8)).all(axis=-1)
+
+
+def reference_balls(src: BallSource, step: int) -> np.ndarray:
+    """The scene rule drawn pixel by pixel: a pixel takes the colour of the first ball (the green one first)
+    whose disc (x − cx)² + (y − cy)² ≤ r² holds it, else the texture window's pixel. The GPU kernel draws
+    by this rule; the host renderer must agree with it bit for bit."""
+    (centres,), (pans,) = src.layout(step)
+    h, w, _ = src.shape
+    y, x = np.mgrid[:h, :w]
+    out = np.stack([src.textures[i, oy : oy + h, ox : ox + w] for i, (ox, oy) in enumerate(pans)])
+    for i in range(src.n_seq):
+        free = np.ones((h, w), bool)
+        for (cx, cy), r, colour in zip(centres[i], src.radii[i], src.palette[i]):
+            disc = free & ((x - cx) ** 2 + (y - cy) ** 2 <= r * r)
+            out[i][disc] = colour
+            free &= ~disc
+    return out
 
 
 def test_balls_is_deterministic_and_random_access():
@@ -68,6 +87,71 @@ def test_balls_bounce_inside_the_frame():
     assert src.frames(11).shape == (2, 48, 64, 3)
 
 
+@pytest.mark.parametrize("shape, n_seq, seed, n_distractors", [
+    ((60, 60, 3), 3, 0, 3), ((48, 64, 3), 4, 1, 5), ((60, 60, 1), 3, 2, 3), ((21, 13, 3), 5, 3, 8),
+    ((8, 8, 3), 2, 4, 3), ((2, 5, 3), 2, 5, 2), ((1, 1, 1), 2, 6, 1)])
+def test_balls_are_exact_discs_over_the_texture(shape, n_seq, seed, n_distractors):
+    src = BallSource(shape, n_seq, seed, n_distractors)
+    assert (src.textures >= 40).all(), "no background pixel can be the target colour (blue channel 0)"
+    for step in [0, 1, 29, 301, 10**9 + 7]:
+        assert np.array_equal(src.frames(step), reference_balls(src, step)), step
+
+
+def test_balls_blocks_equal_the_steps():
+    src = BallSource(SHAPE, 64, seed=2)  # 8 steps x 64 streams span several passes of the renderer
+    assert src.device_renderable is True
+    for step, k in [(0, 1), (5, 8), (10**6, 3)]:
+        frames, labels, boxes = src.frames_block(step, k), src.labels_block(step, k), src.boxes_block(step, k)
+        assert frames.shape == (k, 64, *SHAPE) and labels.shape == (k, 64, 60, 60) and boxes.shape == (k, 64, 4)
+        assert boxes.dtype == np.int32 and labels.dtype == np.float32
+        centres, pans = src.layout(step, k)
+        for i in range(k):
+            assert np.array_equal(frames[i], src.frames(step + i))
+            assert np.array_equal(labels[i], src.labels(step + i)) and np.array_equal(boxes[i], src.boxes(step + i))
+            one_c, one_p = src.layout(step + i)
+            assert np.array_equal(centres[i], one_c[0]) and np.array_equal(pans[i], one_p[0])
+    assert np.array_equal(frames[1], reference_balls(src, 10**6 + 1))
+    out = np.zeros((3, 64, *SHAPE), np.uint8)
+    assert src.frames_block(10**6, 3, out=out) is out and np.array_equal(out, frames)
+    # a stream's scene depends on (seed, stream, step) only, not on how many streams there are
+    assert np.array_equal(BallSource(SHAPE, 5, seed=2).frames_block(5, 8), src.frames_block(5, 8)[:, :5])
+    with pytest.raises(ValueError, match="out must be"):
+        src.frames_block(0, 2, out=np.zeros((2, 64, *SHAPE), np.float32))
+
+
+def test_balls_grey_is_the_colour_scene_converted():
+    colour, grey = BallSource(SHAPE, 3, seed=4), BallSource((60, 60, 1), 3, seed=4)
+    for step in [0, 50, 333]:
+        want = np.stack([cv2.cvtColor(f, cv2.COLOR_BGR2GRAY)[:, :, None] for f in colour.frames(step)])
+        assert np.array_equal(grey.frames(step), want)
+    assert np.array_equal(grey.boxes_block(7, 4), colour.boxes_block(7, 4))
+
+
+def test_balls_device_renderer_needs_cupy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # as if CuPy were not installed
+    with pytest.raises(ImportError, match="needs CuPy"):
+        BallSource(SHAPE, 2, seed=0).frames_block_device(0, 2)
+
+
+@pytest.mark.gpu
+def test_balls_device_block_is_bit_identical():
+    cp = pytest.importorskip("cupy")
+    try:
+        devices = cp.cuda.runtime.getDeviceCount()
+    except cp.cuda.runtime.CUDARuntimeError:
+        devices = 0
+    if devices == 0:
+        pytest.skip("no CUDA device")
+    cases = [((60, 60, 3), 1, 0, 1), ((60, 60, 3), 64, 1, 16), ((60, 60, 1), 7, 2, 9), ((48, 64, 3), 33, 3, 5),
+             ((21, 13, 3), 5, 4, 12), ((2, 5, 3), 3, 5, 4), ((96, 96, 1), 256, 6, 4), ((96, 96, 3), 1024, 7, 2)]
+    for shape, n_seq, seed, k in cases:
+        src = BallSource(shape, n_seq, seed)
+        for step in (0, 77, 10**9 + 7):
+            dev = src.frames_block_device(step, k)
+            assert isinstance(dev, cp.ndarray) and dev.dtype == cp.uint8 and dev.shape == (k, n_seq, *shape)
+            assert np.array_equal(cp.asnumpy(dev), src.frames_block(step, k)), (shape, n_seq, seed, k, step)
+
+
 def test_balls_grey_and_fast():
     grey = make_source("synthetic:balls", (60, 60, 1), 2, seed=0)
     assert grey.frames(3).shape == (2, 60, 60, 1)
@@ -87,6 +171,13 @@ def test_bar_and_noise_keep_their_contract():
     noise = make_source("synthetic:noise", SHAPE, 2, seed=0)
     assert isinstance(noise, NoiseSource) and np.array_equal(noise.frames(4), noise.frames(4))
     assert noise.describe()["labelled"] is False and noise.labels(1) is None
+    for src in (bar, noise):
+        block = src.frames_block(40, 25)  # the bar's block spans several direction cycles
+        assert block.shape == (25, 2, *SHAPE) and not src.device_renderable
+        assert all(np.array_equal(block[i], src.frames(40 + i)) for i in range(25))
+        assert src.labels_block(0, 2) is None and src.boxes_block(0, 2) is None
+    for t in (0, 5, 30):  # first cycle: the bar's top row is m − 1 + t, two rows high
+        assert np.flatnonzero(bar.frame(t)[:, 0, 0] == 0).tolist() == [29 + t, 30 + t][: 60 - (29 + t)]
 
 
 def test_unknown_synthetic_and_unknown_names():

@@ -56,11 +56,12 @@ def scale_boxes(raw: np.ndarray, original_hw: tuple[int, int], image_shape: tupl
 
 
 def box_masks(boxes: np.ndarray, image_shape: tuple[int, int, int]) -> np.ndarray:
-    """float32 [N, H, W] masks: 1.0 inside each box (both ends inclusive, clipped), 0 elsewhere or if absent."""
+    """float32 [..., H, W] masks of boxes [..., 4]: 1.0 inside each box (both ends inclusive, clipped), 0
+    elsewhere or if absent. One outer product of row and column indicators per box, no loop over boxes."""
     h, w = image_shape[0], image_shape[1]
-    out = np.zeros((len(boxes), h, w), np.float32)
-    for i, (x, y, bw, bh) in enumerate(np.asarray(boxes, dtype=np.int64)):
-        if x < 0:
-            continue
-        out[i, max(y, 0) : max(y + bh + 1, 0), max(x, 0) : max(x + bw + 1, 0)] = 1.0
-    return out
+    b = np.asarray(boxes, dtype=np.int64)
+    x, y, bw, bh = (b[..., i, None] for i in range(4))
+    present = x >= 0
+    rows = (present & (np.arange(h) >= y) & (np.arange(h) <= y + bh)).astype(np.float32)
+    cols = (present & (np.arange(w) >= x) & (np.arange(w) <= x + bw)).astype(np.float32)
+    return rows[..., :, None] * cols[..., None, :]

@@ -39,12 +39,29 @@ class FrameSource(Protocol):
     - ``cuts(step)``: bool [n_seq], True where this step's frame starts a new segment of that stream
       (step 0, a file boundary, the wrap to the first frame);
     - ``describe()``: a JSON-able dict for logging (name, kind, files, frames, labelled, ...).
+
+    Blocks of ``k`` steps, for feeding a device-resident dataset without a Python call per step:
+
+    - ``frames_block(step, k, out=None)``: uint8 [k, n_seq, H, W, C], equal to
+      ``np.stack([frames(step + i) for i in range(k)])``; ``out`` (C-contiguous, that shape and dtype) is
+      filled instead of a new array (reusing one buffer saves faulting in fresh pages for every block);
+    - ``labels_block(step, k)``: float32 [k, n_seq, H, W], or None; ``boxes_block(step, k)``: int32
+      [k, n_seq, 4], or None;
+    - ``device_renderable``: True when ``frames_block_device(step, k)`` draws the same block on the GPU
+      (a CuPy array), so callers choose the path without knowing the source's type.
     """
 
     name: str
     n_seq: int
+    device_renderable: bool
 
     def frames(self, step: int) -> np.ndarray: ...
+
+    def frames_block(self, step: int, k: int, out: np.ndarray | None = None) -> np.ndarray: ...
+
+    def labels_block(self, step: int, k: int) -> np.ndarray | None: ...
+
+    def boxes_block(self, step: int, k: int) -> np.ndarray | None: ...
 
     def labels(self, step: int) -> np.ndarray | None: ...
 
@@ -53,6 +70,24 @@ class FrameSource(Protocol):
     def cuts(self, step: int) -> np.ndarray: ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+def check_block(step: int, k: int) -> None:
+    """Refuse a block that starts before step 0 or holds no steps."""
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    if k < 1:
+        raise ValueError(f"a block needs k >= 1 steps, got {k}")
+
+
+def block_out(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    """``out`` checked to be a C-contiguous uint8 array of ``shape``, or a new one when it is None."""
+    if out is None:
+        return np.empty(shape, np.uint8)
+    if out.shape != tuple(shape) or out.dtype != np.uint8 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous uint8 array of shape {tuple(shape)}, "
+                         f"got {out.dtype} {out.shape}{'' if out.flags.c_contiguous else ' (not contiguous)'}")
+    return out
 
 
 def _synthetic_names() -> list[str]:

@@ -24,6 +24,7 @@ import numpy as np
 
 from pvm_dist.data.cache import CHUNK, FrameCache
 from pvm_dist.data.convert import box_masks
+from pvm_dist.data.source import block_out, check_block
 
 
 class Clip:
@@ -61,6 +62,8 @@ def stream_starts(file_lengths: list[int], n_seq: int) -> np.ndarray:
 class FileSource:
     """A random-access frame source over clips (video files, image folders, PVM zips, or a mix)."""
 
+    device_renderable = False
+
     def __init__(self, name: str, kind: str, clips: list[Clip], image_shape: tuple[int, int, int], n_seq: int,
                  cache: FrameCache) -> None:
         if n_seq < 1:
@@ -81,37 +84,58 @@ class FileSource:
 
     def positions(self, step: int) -> np.ndarray:
         """Timeline position [n_seq] that each stream reads at ``step``."""
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
-        return (self.starts + int(step)) % self.n_frames
+        return self.positions_block(step, 1)[0]
 
-    def locate(self, pos: int) -> tuple[int, int]:
-        """(file index, frame index within that file) of timeline position ``pos``."""
-        f = int(np.searchsorted(self.file_starts, pos, side="right")) - 1
-        return f, int(pos - self.file_starts[f])
+    def positions_block(self, step: int, k: int) -> np.ndarray:
+        """Timeline positions [k, n_seq] that the streams read at steps ``step … step+k−1``."""
+        check_block(step, k)
+        return (self.starts + (int(step) + np.arange(k, dtype=np.int64))[:, None]) % self.n_frames
 
-    def frame_at(self, pos: int) -> np.ndarray:
-        """The (read-only, cached) frame at timeline position ``pos``."""
-        f, local = self.locate(pos)
-        k = local // CHUNK
+    def _chunk(self, f: int, k: int) -> np.ndarray:
+        """The (read-only, cached) frames of chunk ``k`` of file ``f``."""
         clip = self.clips[f]
-        chunk = self.cache.get((f, k), lambda: clip.decode(k * CHUNK, min(clip.n_frames, (k + 1) * CHUNK)))
-        return chunk[local - k * CHUNK]
+        return self.cache.get((f, k), lambda: clip.decode(k * CHUNK, min(clip.n_frames, (k + 1) * CHUNK)))
 
-    def frames(self, step: int) -> np.ndarray:
-        out = np.empty((self.n_seq, *self.shape), np.uint8)
-        for i, pos in enumerate(self.positions(step)):
-            out[i] = self.frame_at(int(pos))
+    def frames_block(self, step: int, k: int, out: np.ndarray | None = None) -> np.ndarray:
+        """uint8 [k, n_seq, H, W, C] frames of steps ``step … step+k−1``.
+
+        Each cached chunk that the block touches is fetched once and copied out with one fancy index.
+        """
+        pos = self.positions_block(step, k).ravel()
+        out = block_out(out, (k, self.n_seq, *self.shape))
+        flat = out.reshape(-1, *self.shape)
+        f = np.searchsorted(self.file_starts, pos, side="right") - 1
+        local = pos - self.file_starts[f]
+        keys, which = np.unique(f * (self.n_frames // CHUNK + 1) + local // CHUNK, return_inverse=True)
+        order = np.argsort(which, kind="stable")
+        bounds = np.searchsorted(which[order], np.arange(len(keys) + 1))
+        for u in range(len(keys)):
+            sel = order[bounds[u] : bounds[u + 1]]
+            fu, ku = int(f[sel[0]]), int(local[sel[0]] // CHUNK)
+            flat[sel] = self._chunk(fu, ku)[local[sel] - ku * CHUNK]
         return out
 
-    def boxes(self, step: int) -> np.ndarray | None:
+    def frames(self, step: int) -> np.ndarray:
+        return self.frames_block(step, 1)[0]
+
+    def boxes_block(self, step: int, k: int) -> np.ndarray | None:
+        """int32 [k, n_seq, 4] boxes of steps ``step … step+k−1`` (-1 where absent), or None if unlabelled."""
         if self._boxes is None:
             return None
-        return self._boxes[self.positions(step)].copy()
+        return self._boxes[self.positions_block(step, k)]
+
+    def boxes(self, step: int) -> np.ndarray | None:
+        boxes = self.boxes_block(step, 1)
+        return None if boxes is None else boxes[0]
+
+    def labels_block(self, step: int, k: int) -> np.ndarray | None:
+        """float32 [k, n_seq, H, W] box masks of steps ``step … step+k−1``, or None if unlabelled."""
+        boxes = self.boxes_block(step, k)
+        return None if boxes is None else box_masks(boxes, self.shape)
 
     def labels(self, step: int) -> np.ndarray | None:
-        boxes = self.boxes(step)
-        return None if boxes is None else box_masks(boxes, self.shape)
+        labels = self.labels_block(step, 1)
+        return None if labels is None else labels[0]
 
     def cuts(self, step: int) -> np.ndarray:
         if step == 0:
