@@ -27,7 +27,7 @@ class FrameFeed:
         self.block = max(1, min(1024, BLOCK_BYTES // frame_bytes))
         self._ring: Any = None  # the device ring [block, n_seq, D, D, C] the engine reads as its dataset
         self._ring_first = 0
-        self.on_device = engine.device_label.startswith("cuda") and source.renders_on_device()
+        self.on_device = engine.device_label.startswith("cuda") and source.device_renderable
 
     def frames(self, step: int, k: int) -> np.ndarray:
         """Host frames [k, n_seq, D, D, C] of steps step … step + k − 1."""
