@@ -100,27 +100,53 @@ __global__ void assemble_hidden(StepArgs a) {
     }
 }
 
+// Loads of kSeqGroup sequences are issued before their stores (or sums): the compiler cannot tell the
+// rings from error/delta_out apart, so a plain loop would wait for each load (188 -> 116 us at n_seq 256).
+constexpr int kSeqGroup = 8;
+
+// The copy-last-frame baseline of one layer-0 output: the sum over sequences (in order) of
+// (x(s)[target] - x(s-2)[base])^2, the difference in double. A loop of its own after output_deltas'
+// main one (repeating its target loads), in groups of 4: output_deltas then needs 64
+// registers, 4 blocks per SM as without the baseline; folded into the main loop it needed 70 (3 blocks).
+constexpr int kBaselineGroup = 4;
+
+__device__ double baseline_error(const StepArgs& a, int cur, int old, int64_t target, int64_t base) {
+    double b2 = 0.0;
+    for (int64_t q0 = 0; q0 < a.n_seq; q0 += kBaselineGroup) {
+        float t[kBaselineGroup], xo[kBaselineGroup];
+#pragma unroll
+        for (int k = 0; k < kBaselineGroup; ++k) {
+            const int64_t q = q0 + k;
+            if (q >= a.n_seq) break;
+            t[k] = a.x[(cur * a.n_seq + q) * a.x_total + target];
+            xo[k] = a.x[(old * a.n_seq + q) * a.x_total + base];
+        }
+#pragma unroll
+        for (int k = 0; k < kBaselineGroup; ++k) {
+            if (q0 + k >= a.n_seq) break;
+            const double b = static_cast<double>(t[k]) - static_cast<double>(xo[k]);
+            b2 += b * b;
+        }
+    }
+    return b2;
+}
+
 // e = x(s)[target] - y(s-2); delta_out = g(y(s-2)) * e (after the opt_abs_diff sign quirk, §3.11).
-// Layer-0 outputs also sum the copy-last-frame baseline's squared error, x(s)[target] - x(s-2)[baseline_src],
-// the difference in double, into baseline_sq: one more load per (output, sequence) of layer 0.
+// For a layer-0 output also the copy-last-frame baseline's squared error, into baseline_sq.
 __global__ void output_deltas(StepArgs a) {
-    // Loads of kSeqGroup sequences are issued before their stores: the compiler cannot tell the rings
-    // from error/delta_out apart, so a plain loop would wait for each load (188 -> 116 us at n_seq 256).
-    constexpr int kSeqGroup = 8;
     const int64_t s = *a.step;
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     for (int64_t j = global_thread(); j < a.y_total; j += grid_threads()) {
-        const int64_t target = a.target_src[j], base = a.baseline_src[j];
-        double e2 = 0.0, b2 = 0.0;
+        const int64_t target = a.target_src[j];
+        double e2 = 0.0;
         for (int64_t q0 = 0; q0 < a.n_seq; q0 += kSeqGroup) {
-            float yo[kSeqGroup], t[kSeqGroup], xo[kSeqGroup];
+            float yo[kSeqGroup], t[kSeqGroup];
 #pragma unroll
             for (int k = 0; k < kSeqGroup; ++k) {
                 const int64_t q = q0 + k;
                 if (q >= a.n_seq) break;
                 yo[k] = a.y[(old * a.n_seq + q) * a.y_total + j];
                 t[k] = a.x[(cur * a.n_seq + q) * a.x_total + target];
-                if (base >= 0) xo[k] = a.x[(old * a.n_seq + q) * a.x_total + base];
             }
 #pragma unroll
             for (int k = 0; k < kSeqGroup; ++k) {
@@ -129,16 +155,13 @@ __global__ void output_deltas(StepArgs a) {
                 float e = t[k] - yo[k];
                 a.error[q * a.y_total + j] = e;
                 e2 += static_cast<double>(e) * static_cast<double>(e);
-                if (base >= 0) {
-                    const double b = static_cast<double>(t[k]) - static_cast<double>(xo[k]);
-                    b2 += b * b;
-                }
                 if (a.opt_abs_diff && j < a.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
                 a.delta_out[q * a.y_total + j] = delta(yo[k], e, a.polynomial, static_cast<Derivative>(a.derivative));
             }
         }
         a.error_sq[j] = e2;
-        if (base >= 0) a.baseline_sq[j] = b2;
+        const int64_t base = a.baseline_src[j];
+        if (base >= 0) a.baseline_sq[j] = baseline_error(a, cur, old, target, base);
     }
 }
 

@@ -3,8 +3,8 @@
 // flat W0-then-W1 layout; rings [3, n_seq, total]; per-unit learning rate and momentum.
 #pragma once
 
-#include <cstdint>
 #include <array>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>

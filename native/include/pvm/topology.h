@@ -28,7 +28,7 @@ struct Topology {
     std::vector<int64_t> target_src;                        // per output: the input entry it predicts
     std::vector<int32_t> y_bin;                             // per output: layer*2 + half, for metrics
     std::vector<int32_t> y_unit;                            // per output: its unit
-    std::vector<int64_t> baseline_src;  // per output: the x(s-2) entry copy-last-frame predicts it with (layer 0), else -1
+    std::vector<int64_t> baseline_src;                      // per output: copy-last-frame's x(s-2) entry (layer 0), else -1
 
     int64_t inputs(int64_t u) const { return x_off[u + 1] - x_off[u]; }   // N+1
     int64_t outputs(int64_t u) const { return y_off[u + 1] - y_off[u]; }  // M

@@ -90,7 +90,8 @@ class NativeEngine(EngineBase):
         self._engine.take_metrics()  # the sums restart with the loaded state
 
     def metrics(self) -> dict[str, Any]:
-        """Per-layer mean squared prediction error since the last call (see EngineBase), then reset."""
+        """Per-layer mean squared prediction error and the copy-last-frame baseline since the last call
+        (see EngineBase), then reset."""
         sums, baseline_sums, steps = self._engine.take_metrics()
         return self._metrics_from(sums, baseline_sums, steps)
 

@@ -92,7 +92,8 @@ class ReferenceEngine(EngineBase):
         self._reset_metrics()
 
     def metrics(self) -> dict[str, Any]:
-        """Per-layer mean squared prediction error since the last call (see EngineBase), then reset."""
+        """Per-layer mean squared prediction error and the copy-last-frame baseline since the last call
+        (see EngineBase), then reset."""
         out = self._metrics_from(self._metric_sums, self._baseline_sums, self._metric_steps)
         self._reset_metrics()
         return out
