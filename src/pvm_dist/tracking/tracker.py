@@ -32,38 +32,36 @@ connection fails in milliseconds and a black-holed host in about 5 s (that only 
 from __future__ import annotations
 
 import atexit
-import functools
 import itertools
 import json
 import logging
-import math
 import os
-import posixpath
 import re
 import shutil
-import socket
-import subprocess
 import threading
 import time
 import uuid
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pvm_dist.tracking.defaults import default_tracking_uri, run_tags
+from pvm_dist.tracking.fallback import FALLBACK_FILE, Journal, pending_metrics, read_fallback
+from pvm_dist.tracking.normalize import clean_tags, finite_values, flatten_params, metric_items, short_error
+
+__all__ = ["FALLBACK_FILE", "STATUSES", "Tracker", "TrackingWarning", "configure_http_timeouts",
+           "default_tracking_uri", "flatten_params", "pending_metrics", "read_fallback", "run_tags"]
+
 log = logging.getLogger(__name__)
 
-FALLBACK_FILE = "tracking_fallback.jsonl"
 PENDING_ARTIFACTS = "pending_artifacts"
 STATUSES = ("FINISHED", "KILLED", "FAILED")
 HTTP_ENV_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 
-# MLflow's limits (mlflow.utils.validation).
-MAX_KEY_LENGTH = 250
-MAX_PARAM_VALUE_LENGTH = 6000
-MAX_TAG_VALUE_LENGTH = 8000
+# MLflow's batch limits (mlflow.utils.validation).
 PARAMS_TAGS_PER_BATCH = 100
 METRICS_PER_BATCH = 1000
 
@@ -73,9 +71,7 @@ MAX_BACKOFF_S = 60.0
 # MLflow error codes that mean "this request is wrong", not "the tracker is away".
 _PERMANENT_CODES = frozenset({"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "MALFORMED_REQUEST", "INVALID_STATE",
                               "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"})
-_BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
-_FILE_LOCKS: dict[str, threading.Lock] = {}
-_FILE_LOCKS_GUARD = threading.Lock()
+_STORE_LOCKS_GUARD = threading.Lock()
 _STORE_LOCKS: dict[str, threading.RLock] = {}
 
 
@@ -87,17 +83,6 @@ class TrackingWarning(UserWarning):
 # Helpers
 
 
-def default_tracking_uri() -> str:
-    """``PVM_MLFLOW_URI``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///<cwd>/mlflow.db``.
-
-    With the SQLite default, artifacts go to ``<cwd>/mlartifacts/<experiment>`` next to the database.
-    """
-    for name in ("PVM_MLFLOW_URI", "MLFLOW_TRACKING_URI"):
-        if os.environ.get(name):
-            return os.environ[name]
-    return f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
-
-
 def configure_http_timeouts() -> None:
     """Fail fast against a dead HTTP tracker (no MLflow-internal retries, 5 s socket timeout).
 
@@ -107,149 +92,15 @@ def configure_http_timeouts() -> None:
         os.environ.setdefault(name, value)
 
 
-def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """``{"a": {"b": 1}, "c": [1, 2]}`` -> ``{"a.b": "1", "c": "[1, 2]"}``, values cut to MLflow's 6000 chars."""
-    out: dict[str, str] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten_params(value, prefix=f"{name}."))
-        else:
-            out[_clean_key(name)] = _stringify(value)[:MAX_PARAM_VALUE_LENGTH]
-    return out
-
-
-def run_tags(backend: str | None = None, device_name: str | None = None,
-             extra: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """The standard tags of a training run: git commit (when the package runs from a checkout), host,
-    pvm_dist version, backend, device, plus ``extra``."""
-    from pvm_dist._version import __version__
-
-    tags: dict[str, str] = {"host": socket.gethostname(), "pvm_dist.version": __version__}
-    commit = _git_commit(Path(__file__).resolve().parent.parent)
-    if commit:
-        tags["git.commit"] = commit
-        tags["mlflow.source.git.commit"] = commit  # the MLflow UI shows this one
-    if backend is not None:
-        tags["backend"] = str(backend)
-    if device_name is not None:
-        tags["device"] = str(device_name)
-    for key, value in (extra or {}).items():
-        tags[str(key)] = _stringify(value)
-    return tags
-
-
-def read_fallback(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All records of a fallback file (or of ``<dir>/tracking_fallback.jsonl``), in order.
-
-    Kinds: ``metric`` (session, seq, run_id, key, value, step, timestamp), ``param``, ``tag``, ``artifact``
-    (a staged file not uploaded, with its note), ``run`` (the run a session's records belong to, once known),
-    ``delivered`` (metrics of ``session`` up to ``upto`` reached the tracker), ``outage``, ``close``.
-    A torn last line (crash while writing) is skipped.
-    """
-    p = Path(path)
-    if p.is_dir():
-        p = p / FALLBACK_FILE
-    if not p.exists():
-        return []
-    records = []
-    with open(p, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                records.append(rec)
-    return records
-
-
-def pending_metrics(records: Iterable[Mapping[str, Any]], run_id: str | None = None) -> list[dict[str, Any]]:
-    """The metric records of a fallback file that never reached the tracker (optionally of one run)."""
-    records = list(records)
-    delivered: dict[str, int] = {}
-    session_run: dict[str, str] = {}
-    for rec in records:
-        if rec.get("kind") == "delivered":
-            delivered[rec["session"]] = max(delivered.get(rec["session"], -1), int(rec["upto"]))
-        elif rec.get("kind") == "run" and rec.get("run_id"):
-            session_run[rec["session"]] = rec["run_id"]
-    out, seen = [], set()
-    for rec in records:
-        if rec.get("kind") != "metric":
-            continue
-        ident = (rec.get("session"), rec.get("seq"))
-        if ident in seen or rec["seq"] <= delivered.get(rec["session"], -1):
-            continue
-        seen.add(ident)
-        rid = rec.get("run_id") or session_run.get(rec["session"])
-        if run_id is None or rid == run_id:
-            out.append({**rec, "run_id": rid})
-    return out
-
-
-def _stringify(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
-        value = value.item()  # numpy scalar
-    if isinstance(value, (list, tuple, dict)) or value is None or isinstance(value, bool):
-        try:
-            return json.dumps(value, default=str)
-        except (TypeError, ValueError):
-            return str(value)
-    if hasattr(value, "tolist"):
-        return json.dumps(value.tolist(), default=str)
-    return str(value)
-
-
-@functools.lru_cache(maxsize=8192)
-def _clean_key(key: Any) -> str:
-    """A key MLflow accepts: allowed characters only, no path tricks, at most 250 chars."""
-    k = _BAD_KEY_CHARS.sub("_", str(key))[:MAX_KEY_LENGTH]
-    if not k or posixpath.normpath(k) != k or k.startswith(("/", "..")) or k == ".":
-        k = "/".join(part for part in k.split("/") if part not in ("", ".", "..")) or "_"
-    return k
-
-
-def _git_commit(directory: Path) -> str | None:
-    """HEAD of the checkout ``directory`` is the package folder of; None when it is not one."""
-    try:
-        top = subprocess.run(["git", "-C", str(directory), "rev-parse", "--show-toplevel", "HEAD"],
-                             capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = top.stdout.split()
-    if top.returncode != 0 or len(lines) != 2:
-        return None
-    # Only our own checkout counts (not, say, a site-packages folder inside someone else's repository).
-    if (Path(lines[0]) / directory.name).resolve() != directory:
-        return None
-    return lines[1]
-
-
-def _file_lock(path: Path) -> threading.Lock:
-    with _FILE_LOCKS_GUARD:
-        return _FILE_LOCKS.setdefault(str(path), threading.Lock())
-
-
 def _store_lock(uri: str) -> threading.RLock:
     """One lock per tracking store: the trackers of one process (a sweep driver holds one per trial)
     talk to a store one at a time, so a SQLite file sees a single writer."""
-    with _FILE_LOCKS_GUARD:
+    with _STORE_LOCKS_GUARD:
         return _STORE_LOCKS.setdefault(uri, threading.RLock())
 
 
 def _is_permanent(exc: BaseException) -> bool:
     return getattr(exc, "error_code", None) in _PERMANENT_CODES
-
-
-def _short(exc: BaseException, limit: int = 300) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _now_ms() -> int:
@@ -289,6 +140,7 @@ class Tracker:
         self.parent_run_id = parent_run_id
         self.fallback_dir = Path(fallback_dir if fallback_dir is not None else Path.cwd() / "tracking_fallback")
         self.fallback_file = self.fallback_dir / FALLBACK_FILE
+        self._journal = Journal(self.fallback_file)
         self._fallback_dir_existed = self.fallback_dir.exists()
         self.flush_every = max(float(flush_every), 0.01)
         self.max_queue = max(int(max_queue), METRICS_PER_BATCH)
@@ -304,7 +156,7 @@ class Tracker:
         self._run_announced = False  # a "run" record was written to the fallback file
         self._client: Any = None
         self._start_ms = _now_ms()
-        self._create_tags = {_clean_key(k): _stringify(v)[:MAX_TAG_VALUE_LENGTH] for k, v in (tags or {}).items()}
+        self._create_tags = clean_tags(tags or {})
         if parent_run_id:
             self._create_tags["mlflow.parentRunId"] = parent_run_id
 
@@ -328,7 +180,6 @@ class Tracker:
         self._flush_done = 0
         self._closing = False
         self._close_status = "FINISHED"
-        self._spool_failed = False
 
         if run_id and replay_fallback:
             self._replay(run_id)
@@ -389,16 +240,16 @@ class Tracker:
         try:
             flat = flatten_params(params)
         except Exception as e:  # noqa: BLE001 - a tracker never breaks training
-            log.warning("tracking: could not flatten params: %s", _short(e))
+            log.warning("tracking: could not flatten params: %s", short_error(e))
             return
         self._queue_dict(self._params, flat)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Queue run tags (values stringified, cut to 8000 chars)."""
         try:
-            clean = {_clean_key(k): _stringify(v)[:MAX_TAG_VALUE_LENGTH] for k, v in tags.items()}
+            clean = clean_tags(tags)
         except Exception as e:  # noqa: BLE001
-            log.warning("tracking: bad tags: %s", _short(e))
+            log.warning("tracking: bad tags: %s", short_error(e))
             return
         self._queue_dict(self._tags, clean)
 
@@ -415,31 +266,16 @@ class Tracker:
         ts = _now_ms()
         try:
             step = int(step)
-            items: list[tuple[str, float]] = []
-            for key, value in metrics.items():
-                if value is None:
-                    continue
-                if isinstance(value, (list, tuple)) or getattr(value, "ndim", 0) > 0:
-                    items.extend((f"{key}/{i}", v) for i, v in enumerate(list(value)))
-                else:
-                    items.append((key, value))
+            items = metric_items(metrics)
         except Exception as e:  # noqa: BLE001
-            log.warning("tracking: bad metrics: %s", _short(e))
+            log.warning("tracking: bad metrics: %s", short_error(e))
             return
-        entries = []
-        skipped = 0
+        values, skipped = finite_values(items)
         with self._lock:
-            for key, value in items:
-                try:
-                    v = float(value)
-                except (TypeError, ValueError):
-                    skipped += 1
-                    continue
-                if not math.isfinite(v):
-                    skipped += 1
-                    continue
+            entries = []
+            for key, v in values:
                 self._seq += 1
-                entries.append(_Entry(self.session, self._seq, _clean_key(key), v, ts, step))
+                entries.append(_Entry(self.session, self._seq, key, v, ts, step))
             self.nonfinite_skipped += skipped
             self._metrics.extend(entries)
             n = len(self._metrics)
@@ -462,7 +298,7 @@ class Tracker:
             else:
                 _link_or_copy(src, dst)
         except Exception as e:  # noqa: BLE001
-            log.warning("tracking: cannot stage artifact %s: %s", src, _short(e))
+            log.warning("tracking: cannot stage artifact %s: %s", src, short_error(e))
             return
         self._queue_artifact(_Artifact(dst, artifact_path, folder))
 
@@ -479,7 +315,7 @@ class Tracker:
                 text = json.dumps(obj, indent=2, default=str) + "\n"
             self._stage_bytes(text.encode("utf-8"), artifact_file)
         except Exception as e:  # noqa: BLE001
-            log.warning("tracking: cannot log dict %s: %s", artifact_file, _short(e))
+            log.warning("tracking: cannot log dict %s: %s", artifact_file, short_error(e))
 
     def log_image(self, image: Any, artifact_file: str) -> None:
         """Log an image (uint8 BGR ``HxWx3``, BGRA ``HxWx4`` or gray ``HxW``) as a PNG at ``artifact_file``.
@@ -505,7 +341,7 @@ class Tracker:
                 raise ValueError(f"cv2.imencode failed for shape {arr.shape}")
             self._stage_bytes(buf.tobytes(), artifact_file)
         except Exception as e:  # noqa: BLE001
-            log.warning("tracking: cannot log image %s: %s", artifact_file, _short(e))
+            log.warning("tracking: cannot log image %s: %s", artifact_file, short_error(e))
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Deliver everything queued now (retrying at once even during an outage's backoff) and wait for
@@ -586,20 +422,6 @@ class Tracker:
 
     # ---- fallback file ----------------------------------------------------------------------------
 
-    def _append(self, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
-        try:
-            self.fallback_dir.mkdir(parents=True, exist_ok=True)
-            data = "".join(json.dumps(r, default=str) + "\n" for r in records)
-            with _file_lock(self.fallback_file), open(self.fallback_file, "a", encoding="utf-8") as f:
-                f.write(data)
-                f.flush()
-        except Exception as e:  # noqa: BLE001
-            if not self._spool_failed:
-                self._spool_failed = True
-                log.warning("tracking: cannot write fallback file %s: %s", self.fallback_file, _short(e))
-
     def _spool(self) -> None:
         """Append to the fallback file what is queued and not yet written there."""
         with self._spool_lock:
@@ -621,7 +443,7 @@ class Tracker:
                      for k, v in params.items()]
             recs += [{"kind": "tag", "session": self.session, "run_id": run_id, "key": k, "value": v}
                      for k, v in tags.items()]
-            self._append(recs)
+            self._journal.append(recs)
             with self._lock:
                 self._spooled_seq = max(self._spooled_seq, upto)
                 self._spooled_params.update(params)
@@ -705,9 +527,9 @@ class Tracker:
             if first:
                 self.outages += 1
         if first:
-            self._append([{"kind": "outage", "session": self.session, "run_id": self._run_id, "uri": self.uri,
-                           "error": _short(exc), "time": time.time()}])
-            self._warn(f"MLflow tracker {self.uri} unreachable (outage {self.outages}: {_short(exc)}); "
+            self._journal.append([{"kind": "outage", "session": self.session, "run_id": self._run_id, "uri": self.uri,
+                           "error": short_error(exc), "time": time.time()}])
+            self._warn(f"MLflow tracker {self.uri} unreachable (outage {self.outages}: {short_error(exc)}); "
                        f"training continues, metrics are queued in memory and written to {self.fallback_file}; "
                        f"retrying with backoff")
         self._spool()
@@ -743,7 +565,7 @@ class Tracker:
                 if not _is_permanent(e):
                     raise
                 log.warning("tracking: cannot resume run %s at %s (%s); starting a new run",
-                            self._resume_id, self.uri, _short(e))
+                            self._resume_id, self.uri, short_error(e))
                 self._resume_id = None
                 self._create_tags["pvm.resumed_from"] = self._run_id or ""
         if not self._resume_id:
@@ -753,8 +575,8 @@ class Tracker:
             with self._lock:
                 self._run_id = run.info.run_id
         self._run_ready = True
-        if (self.fallback_file.exists() or not self._ok) and not self._run_announced:
-            self._append([{"kind": "run", "session": self.session, "run_id": self._run_id}])
+        if (self._journal.exists() or not self._ok) and not self._run_announced:
+            self._journal.append([{"kind": "run", "session": self.session, "run_id": self._run_id}])
             self._run_announced = True
 
     def _experiment_id(self, client: Any) -> str:
@@ -790,7 +612,7 @@ class Tracker:
             chunk = items[i:i + PARAMS_TAGS_PER_BATCH]
             self._send_isolating(chunk, lambda c: self._get_client().log_batch(
                 self._run_id, **{what: [make(k, v) for k, v in c]}, synchronous=True),
-                lambda item, e: rejected.append(f"{item[0]} ({_short(e, 160)})"))
+                lambda item, e: rejected.append(f"{item[0]} ({short_error(e, 160)})"))
             with self._lock:
                 for k, v in chunk:
                     if pending.get(k) is v:
@@ -809,7 +631,7 @@ class Tracker:
         def reject(entry: _Entry, e: BaseException) -> None:
             with self._lock:
                 self.dropped_metrics += 1
-            rejected.append(f"{entry.key} ({_short(e, 160)})")
+            rejected.append(f"{entry.key} ({short_error(e, 160)})")
 
         while budget > 0:
             with self._lock:
@@ -830,7 +652,7 @@ class Tracker:
                     while self._metrics and id(self._metrics[0]) in ids:
                         self._metrics.popleft()
             if delivered:
-                self._append([{"kind": "delivered", "session": s, "upto": upto, "run_id": self._run_id,
+                self._journal.append([{"kind": "delivered", "session": s, "upto": upto, "run_id": self._run_id,
                                "time": time.time()} for s, upto in delivered.items()])
         if rejected:
             log.warning("tracking: the tracker rejected %d metric values, dropped: %s", len(rejected),
@@ -864,15 +686,15 @@ class Tracker:
                 except Exception as e:
                     if not _is_permanent(e):
                         raise
-                    log.warning("tracking: the tracker rejected artifact %s: %s (kept there)", art.staged, _short(e))
-                    self._note_artifact(art, f"rejected: {_short(e)}", retry=False)
+                    log.warning("tracking: the tracker rejected artifact %s: %s (kept there)", art.staged, short_error(e))
+                    self._note_artifact(art, f"rejected: {short_error(e)}", retry=False)
                 else:
                     shutil.rmtree(art.cleanup, ignore_errors=True)  # our staged copy, now uploaded
             with self._lock:
                 self._artifacts.remove(art)
 
     def _note_artifact(self, art: _Artifact, note: str, retry: bool = True) -> None:
-        self._append([{"kind": "artifact", "session": self.session, "run_id": self._run_id,
+        self._journal.append([{"kind": "artifact", "session": self.session, "run_id": self._run_id,
                        "local_path": str(art.staged), "artifact_path": art.artifact_path, "note": note,
                        "retry": retry}])
 
@@ -894,7 +716,7 @@ class Tracker:
             n_metrics = len(self._metrics)
         for art in arts:
             self._note_artifact(art, "not uploaded: tracker unreachable at close")
-        self._append([{"kind": "close", "session": self.session, "run_id": self._run_id,
+        self._journal.append([{"kind": "close", "session": self.session, "run_id": self._run_id,
                        "status": self._close_status, "delivered": False, "queued_metrics": n_metrics,
                        "artifacts": len(arts), "time": time.time()}])
         log.warning("tracking: MLflow tracker %s unreachable at close: run %s not ended (%s); %d metrics, "
