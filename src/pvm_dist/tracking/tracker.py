@@ -175,9 +175,6 @@ class Tracker:
             return
         self._queue_items("tags", clean)
 
-    def log_metric(self, key: str, value: float, step: int) -> None:
-        self.log_metrics({key: value}, step)
-
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         """Queue metrics for ``step`` (timestamped now). Non-finite values are skipped and counted.
 
@@ -226,34 +223,6 @@ class Tracker:
             self._outbox.stage_bytes(text.encode("utf-8"), artifact_file)
         except Exception as e:  # noqa: BLE001
             log.warning("tracking: cannot log dict %s: %s", artifact_file, short_error(e))
-            return
-        self._delivery.nudge()
-
-    def log_image(self, image: Any, artifact_file: str) -> None:
-        """Log an image (uint8 BGR ``HxWx3``, BGRA ``HxWx4`` or gray ``HxW``) as a PNG at ``artifact_file``.
-
-        Float images are taken as 0..1 and scaled to 0..255.
-        """
-        if self.closed:
-            return
-        try:
-            import cv2
-            import numpy as np
-
-            arr = np.asarray(image)
-            if arr.dtype != np.uint8:
-                scale = 255.0 if np.issubdtype(arr.dtype, np.floating) else 1.0
-                arr = np.clip(np.nan_to_num(arr.astype(np.float64) * scale), 0, 255).round().astype(np.uint8)
-            if arr.ndim == 3 and arr.shape[2] == 1:
-                arr = arr[:, :, 0]
-            if not artifact_file.lower().endswith(".png"):
-                artifact_file += ".png"
-            ok, buf = cv2.imencode(".png", np.ascontiguousarray(arr))
-            if not ok:
-                raise ValueError(f"cv2.imencode failed for shape {arr.shape}")
-            self._outbox.stage_bytes(buf.tobytes(), artifact_file)
-        except Exception as e:  # noqa: BLE001
-            log.warning("tracking: cannot log image %s: %s", artifact_file, short_error(e))
             return
         self._delivery.nudge()
 
