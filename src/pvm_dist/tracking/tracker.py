@@ -22,11 +22,11 @@ process, e.g. a parent run and nested runs) and does all tracker I/O on one back
 - Resuming (``run_id=...``) logs into the same run; undelivered metrics and artifacts of that run left
   in the same fallback file by an earlier process are re-queued.
 
-Timeouts: a dead server must not stall anyone, so the first Tracker sets (only where not already set)
-``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0`` and ``MLFLOW_HTTP_REQUEST_TIMEOUT=5`` in ``os.environ``. MLflow reads
-them per request, so they apply process-wide; set them yourself to override. With these, a refused
-connection fails in milliseconds and a black-holed host in about 5 s (that only delays the delivery
-thread, or ``start``/``close`` once each).
+Timeouts: a dead server must not stall anyone, so the first Tracker sets MLflow's HTTP retries to 0 and
+its timeout to 5 s where not already set (process-wide; see
+:func:`~pvm_dist.tracking.mlflow_sink.configure_http_timeouts`). A refused connection then fails in
+milliseconds and a black-holed host in about 5 s (that only delays the delivery thread, or
+``start``/``close`` once each).
 
 The parts, one idea each: :mod:`~pvm_dist.tracking.outbox` (queued records, their spool to the fallback
 file and their replay), :mod:`~pvm_dist.tracking.delivery` (the background thread, with
