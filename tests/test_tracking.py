@@ -14,6 +14,7 @@ import time
 import warnings
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -146,7 +147,9 @@ def test_sqlite_params_metrics_tags_artifacts(sqlite_uri, tmp_path):
         tr.log_artifact(artifact, "files")
         artifact.unlink()  # staged at log time: the caller may delete it at once
         tr.log_dict({"name": "small", "layers": [4, 2]}, "spec/spec.json")
-        tr.log_image(image, "pictures/frame_000010.png")
+        picture = tmp_path / "frame_000010.png"
+        assert cv2.imwrite(str(picture), image)
+        tr.log_artifact(picture, "pictures")  # how training logs its pictures
         tr.close()
     assert _our_warnings(caught) == []
     assert _no_tracking_threads(tr)
@@ -166,8 +169,6 @@ def test_sqlite_params_metrics_tags_artifacts(sqlite_uri, tmp_path):
     assert root.is_relative_to(Path(sqlite_uri.removeprefix("sqlite:///")).parent / "mlartifacts")
     assert (root / "files" / "notes.txt").read_text() == "hello"
     assert json.loads((root / "spec" / "spec.json").read_text()) == {"name": "small", "layers": [4, 2]}
-    import cv2
-
     assert np.array_equal(cv2.imread(str(root / "pictures" / "frame_000010.png")), image)
     assert not (tmp_path / "fb").exists()  # nothing to fall back on; staging cleaned up
 
@@ -353,7 +354,8 @@ def test_http_logging(live_server, tmp_path):
         time.sleep(0.05)
     (tmp_path / "ckpt.bin").write_bytes(b"\x00\x01" * 100)
     tr.log_artifact(tmp_path / "ckpt.bin", "checkpoints")
-    tr.log_image(np.zeros((8, 8, 3), np.uint8), "pictures/zero.png")
+    assert cv2.imwrite(str(tmp_path / "zero.png"), np.zeros((8, 8, 3), np.uint8))
+    tr.log_artifact(tmp_path / "zero.png", "pictures")
     tr.close()
     assert tr.outages == 0
     run = client.get_run(tr.run_id)

@@ -5,7 +5,7 @@ through its own ``mlflow.MlflowClient`` (no global fluent state, so several trac
 process, e.g. a parent run and nested runs) and does all tracker I/O on one background thread:
 
 - ``log_metrics`` / ``log_params`` / ``set_tags`` / ``log_artifact`` only queue work and return at once.
-- The worker thread writes queued metrics with ``log_batch`` (at most 1000 per call) every
+- The delivery thread writes queued metrics with ``log_batch`` (at most 1000 per call) every
   ``flush_every`` seconds, or sooner when 1000 are waiting; params and tags go in batches of 100.
 - **Outage** (tracker unreachable at start or gone mid-run): one :class:`TrackingWarning` per outage;
   training goes on. Metrics stay queued in memory in order (bounded by ``max_queue``; the oldest are
@@ -15,264 +15,50 @@ process, e.g. a parent run and nested runs) and does all tracker I/O on one back
   delivered in order, so the run ends up with every metric, and a ``delivered`` record is appended to
   the fallback file. If the run could not be created at start, it is created at the first successful
   retry (``run_id`` is ``None`` until then). Artifacts are staged (hard link, else copy) under
-  ``<fallback_dir>/pending_artifacts`` when logged, uploaded by the worker, and retried at ``close``;
+  ``<fallback_dir>/pending_artifacts`` when logged, uploaded by the delivery thread, and retried at ``close``;
   what still fails stays there with a note in the fallback file.
 - Permanent rejections (an invalid key, a param whose value changed on resume) are not outages: the
   offending items are isolated by splitting the batch, dropped, and reported once through ``logging``.
 - Resuming (``run_id=...``) logs into the same run; undelivered metrics and artifacts of that run left
   in the same fallback file by an earlier process are re-queued.
 
-Timeouts: a dead server must not stall anyone, so the first Tracker sets (only where not already set)
-``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0`` and ``MLFLOW_HTTP_REQUEST_TIMEOUT=5`` in ``os.environ``. MLflow reads
-them per request, so they apply process-wide; set them yourself to override. With these, a refused
-connection fails in milliseconds and a black-holed host in about 5 s (that only delays the worker, or
+Timeouts: a dead server must not stall anyone, so the first Tracker sets MLflow's HTTP retries to 0 and
+its timeout to 5 s where not already set (process-wide; see
+:func:`~pvm_dist.tracking.mlflow_sink.configure_http_timeouts`). A refused connection then fails in
+milliseconds and a black-holed host in about 5 s (that only delays the delivery thread, or
 ``start``/``close`` once each).
+
+The parts, one idea each: :mod:`~pvm_dist.tracking.outbox` (queued records, their spool to the fallback
+file and their replay), :mod:`~pvm_dist.tracking.delivery` (the background thread, with
+:mod:`~pvm_dist.tracking.backoff`), :mod:`~pvm_dist.tracking.mlflow_sink` (every MLflow call),
+:mod:`~pvm_dist.tracking.fallback` (the fallback file's format), :mod:`~pvm_dist.tracking.normalize`
+(values made fit for MLflow) and :mod:`~pvm_dist.tracking.defaults` (default URI, standard tags).
 """
 
 from __future__ import annotations
 
 import atexit
-import functools
-import itertools
 import json
 import logging
-import math
 import os
-import posixpath
-import re
-import shutil
-import socket
-import subprocess
-import threading
-import time
 import uuid
-import warnings
 import weakref
-from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
+
+from pvm_dist.tracking.defaults import default_tracking_uri, run_tags
+from pvm_dist.tracking.delivery import Delivery, TrackingWarning
+from pvm_dist.tracking.fallback import FALLBACK_FILE, pending_metrics, read_fallback
+from pvm_dist.tracking.mlflow_sink import (METRICS_PER_BATCH, STATUSES, MlflowSink, configure_http_timeouts, now_ms,
+                                          terminal_status)
+from pvm_dist.tracking.normalize import clean_tags, finite_values, flatten_params, metric_items, short_error
+from pvm_dist.tracking.outbox import Items, Outbox
+
+__all__ = ["FALLBACK_FILE", "STATUSES", "Tracker", "TrackingWarning", "configure_http_timeouts",
+           "default_tracking_uri", "flatten_params", "pending_metrics", "read_fallback", "run_tags"]
 
 log = logging.getLogger(__name__)
-
-FALLBACK_FILE = "tracking_fallback.jsonl"
-PENDING_ARTIFACTS = "pending_artifacts"
-STATUSES = ("FINISHED", "KILLED", "FAILED")
-HTTP_ENV_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
-
-# MLflow's limits (mlflow.utils.validation).
-MAX_KEY_LENGTH = 250
-MAX_PARAM_VALUE_LENGTH = 6000
-MAX_TAG_VALUE_LENGTH = 8000
-PARAMS_TAGS_PER_BATCH = 100
-METRICS_PER_BATCH = 1000
-
-MIN_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 60.0
-
-# MLflow error codes that mean "this request is wrong", not "the tracker is away".
-_PERMANENT_CODES = frozenset({"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "MALFORMED_REQUEST", "INVALID_STATE",
-                              "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"})
-_BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
-_FILE_LOCKS: dict[str, threading.Lock] = {}
-_FILE_LOCKS_GUARD = threading.Lock()
-_STORE_LOCKS: dict[str, threading.RLock] = {}
-
-
-class TrackingWarning(UserWarning):
-    """Emitted once per tracker outage (and never raised: training goes on)."""
-
-
-# --------------------------------------------------------------------------------------------------
-# Helpers
-
-
-def default_tracking_uri() -> str:
-    """``PVM_MLFLOW_URI``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///<cwd>/mlflow.db``.
-
-    With the SQLite default, artifacts go to ``<cwd>/mlartifacts/<experiment>`` next to the database.
-    """
-    for name in ("PVM_MLFLOW_URI", "MLFLOW_TRACKING_URI"):
-        if os.environ.get(name):
-            return os.environ[name]
-    return f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
-
-
-def configure_http_timeouts() -> None:
-    """Fail fast against a dead HTTP tracker (no MLflow-internal retries, 5 s socket timeout).
-
-    Sets the variables only where unset; MLflow reads them at each request (process-wide).
-    """
-    for name, value in HTTP_ENV_DEFAULTS.items():
-        os.environ.setdefault(name, value)
-
-
-def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """``{"a": {"b": 1}, "c": [1, 2]}`` -> ``{"a.b": "1", "c": "[1, 2]"}``, values cut to MLflow's 6000 chars."""
-    out: dict[str, str] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten_params(value, prefix=f"{name}."))
-        else:
-            out[_clean_key(name)] = _stringify(value)[:MAX_PARAM_VALUE_LENGTH]
-    return out
-
-
-def run_tags(backend: str | None = None, device_name: str | None = None,
-             extra: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """The standard tags of a training run: git commit (when the package runs from a checkout), host,
-    pvm_dist version, backend, device, plus ``extra``."""
-    from pvm_dist._version import __version__
-
-    tags: dict[str, str] = {"host": socket.gethostname(), "pvm_dist.version": __version__}
-    commit = _git_commit(Path(__file__).resolve().parent.parent)
-    if commit:
-        tags["git.commit"] = commit
-        tags["mlflow.source.git.commit"] = commit  # the MLflow UI shows this one
-    if backend is not None:
-        tags["backend"] = str(backend)
-    if device_name is not None:
-        tags["device"] = str(device_name)
-    for key, value in (extra or {}).items():
-        tags[str(key)] = _stringify(value)
-    return tags
-
-
-def read_fallback(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All records of a fallback file (or of ``<dir>/tracking_fallback.jsonl``), in order.
-
-    Kinds: ``metric`` (session, seq, run_id, key, value, step, timestamp), ``param``, ``tag``, ``artifact``
-    (a staged file not uploaded, with its note), ``run`` (the run a session's records belong to, once known),
-    ``delivered`` (metrics of ``session`` up to ``upto`` reached the tracker), ``outage``, ``close``.
-    A torn last line (crash while writing) is skipped.
-    """
-    p = Path(path)
-    if p.is_dir():
-        p = p / FALLBACK_FILE
-    if not p.exists():
-        return []
-    records = []
-    with open(p, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                records.append(rec)
-    return records
-
-
-def pending_metrics(records: Iterable[Mapping[str, Any]], run_id: str | None = None) -> list[dict[str, Any]]:
-    """The metric records of a fallback file that never reached the tracker (optionally of one run)."""
-    records = list(records)
-    delivered: dict[str, int] = {}
-    session_run: dict[str, str] = {}
-    for rec in records:
-        if rec.get("kind") == "delivered":
-            delivered[rec["session"]] = max(delivered.get(rec["session"], -1), int(rec["upto"]))
-        elif rec.get("kind") == "run" and rec.get("run_id"):
-            session_run[rec["session"]] = rec["run_id"]
-    out, seen = [], set()
-    for rec in records:
-        if rec.get("kind") != "metric":
-            continue
-        ident = (rec.get("session"), rec.get("seq"))
-        if ident in seen or rec["seq"] <= delivered.get(rec["session"], -1):
-            continue
-        seen.add(ident)
-        rid = rec.get("run_id") or session_run.get(rec["session"])
-        if run_id is None or rid == run_id:
-            out.append({**rec, "run_id": rid})
-    return out
-
-
-def _stringify(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
-        value = value.item()  # numpy scalar
-    if isinstance(value, (list, tuple, dict)) or value is None or isinstance(value, bool):
-        try:
-            return json.dumps(value, default=str)
-        except (TypeError, ValueError):
-            return str(value)
-    if hasattr(value, "tolist"):
-        return json.dumps(value.tolist(), default=str)
-    return str(value)
-
-
-@functools.lru_cache(maxsize=8192)
-def _clean_key(key: Any) -> str:
-    """A key MLflow accepts: allowed characters only, no path tricks, at most 250 chars."""
-    k = _BAD_KEY_CHARS.sub("_", str(key))[:MAX_KEY_LENGTH]
-    if not k or posixpath.normpath(k) != k or k.startswith(("/", "..")) or k == ".":
-        k = "/".join(part for part in k.split("/") if part not in ("", ".", "..")) or "_"
-    return k
-
-
-def _git_commit(directory: Path) -> str | None:
-    """HEAD of the checkout ``directory`` is the package folder of; None when it is not one."""
-    try:
-        top = subprocess.run(["git", "-C", str(directory), "rev-parse", "--show-toplevel", "HEAD"],
-                             capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = top.stdout.split()
-    if top.returncode != 0 or len(lines) != 2:
-        return None
-    # Only our own checkout counts (not, say, a site-packages folder inside someone else's repository).
-    if (Path(lines[0]) / directory.name).resolve() != directory:
-        return None
-    return lines[1]
-
-
-def _file_lock(path: Path) -> threading.Lock:
-    with _FILE_LOCKS_GUARD:
-        return _FILE_LOCKS.setdefault(str(path), threading.Lock())
-
-
-def _store_lock(uri: str) -> threading.RLock:
-    """One lock per tracking store: the trackers of one process (a sweep driver holds one per trial)
-    talk to a store one at a time, so a SQLite file sees a single writer."""
-    with _FILE_LOCKS_GUARD:
-        return _STORE_LOCKS.setdefault(uri, threading.RLock())
-
-
-def _is_permanent(exc: BaseException) -> bool:
-    return getattr(exc, "error_code", None) in _PERMANENT_CODES
-
-
-def _short(exc: BaseException, limit: int = 300) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class _Entry(NamedTuple):
-    session: str
-    seq: int
-    key: str
-    value: float
-    timestamp: int
-    step: int
-
-
-class _Artifact(NamedTuple):
-    staged: Path  # our own copy (hard link) of the file or folder
-    artifact_path: str | None
-    cleanup: Path  # the staging folder (holding only ``staged``) to remove after upload
-
-
-# --------------------------------------------------------------------------------------------------
-# Tracker
 
 
 class Tracker:
@@ -289,56 +75,21 @@ class Tracker:
         self.parent_run_id = parent_run_id
         self.fallback_dir = Path(fallback_dir if fallback_dir is not None else Path.cwd() / "tracking_fallback")
         self.fallback_file = self.fallback_dir / FALLBACK_FILE
-        self._fallback_dir_existed = self.fallback_dir.exists()
         self.flush_every = max(float(flush_every), 0.01)
         self.max_queue = max(int(max_queue), METRICS_PER_BATCH)
         self.session = uuid.uuid4().hex[:12]
-        self.outages = 0  # how many outages were seen
-        self.nonfinite_skipped = 0  # metric values skipped because NaN/inf
-        self.dropped_metrics = 0  # rejected by the tracker as invalid, or shed from memory during a long outage
-        self.closed = False
 
-        self._resume_id = run_id
-        self._run_id = run_id
-        self._run_ready = False
-        self._run_announced = False  # a "run" record was written to the fallback file
-        self._client: Any = None
-        self._start_ms = _now_ms()
-        self._create_tags = {_clean_key(k): _stringify(v)[:MAX_TAG_VALUE_LENGTH] for k, v in (tags or {}).items()}
+        create_tags = clean_tags(tags or {})
         if parent_run_id:
-            self._create_tags["mlflow.parentRunId"] = parent_run_id
-
-        self._lock = threading.Lock()
-        self._cv = threading.Condition(self._lock)
-        self._spool_lock = threading.Lock()
-        self._metrics: deque[_Entry] = deque()
-        self._seq = 0
-        self._spooled_seq = 0  # own metrics with seq <= this are in the fallback file
-        self._params: dict[str, str] = {}
-        self._tags: dict[str, str] = {}
-        self._spooled_params: dict[str, str] = {}
-        self._spooled_tags: dict[str, str] = {}
-        self._artifacts: list[_Artifact] = []
-        self._artifact_counter = itertools.count()
-        self._ok = True
-        self._backoff = MIN_BACKOFF_S
-        self._retry_at = 0.0
-        self._next_tick = time.monotonic() + self.flush_every
-        self._flush_requested = 0
-        self._flush_done = 0
-        self._closing = False
-        self._close_status = "FINISHED"
-        self._spool_failed = False
-
+            create_tags["mlflow.parentRunId"] = parent_run_id
+        self._outbox = Outbox(self.fallback_dir, self.session, max_queue=self.max_queue, run_id=run_id)
+        self._sink = MlflowSink(self.uri, experiment, run_name=run_name, run_id=run_id, tags=create_tags)
         if run_id and replay_fallback:
-            self._replay(run_id)
+            self._outbox.replay(run_id)
         if tags and run_id:  # resuming: the run exists already, tags are logged like later ones
-            self._tags.update(self._create_tags)
-
-        with _store_lock(self.uri):
-            self._cycle(force=True)  # connect (and create the run) now, so run_id is known when the tracker is up
-        self._thread = threading.Thread(target=self._loop, name=f"pvm-tracking-{self.session}", daemon=True)
-        self._thread.start()
+            self._outbox.add_items("tags", create_tags)
+        self._delivery = Delivery(self._outbox, self._sink, self.flush_every)
+        self._delivery.start(f"pvm-tracking-{self.session}")
         ref = weakref.ref(self)
         self._atexit = lambda: (t := ref()) is not None and t.close("KILLED", timeout=10.0)
         atexit.register(self._atexit)
@@ -358,22 +109,42 @@ class Tracker:
                    fallback_dir=fallback_dir, flush_every=flush_every, max_queue=max_queue,
                    replay_fallback=replay_fallback)
 
-    # ---- public API (caller thread; cheap, never raises) ------------------------------------------
+    # ---- state ------------------------------------------------------------------------------------
 
     @property
     def run_id(self) -> str | None:
         """The MLflow run id; None while the run could not be created yet (tracker away since start)."""
-        return self._run_id
+        return self._sink.run_id
 
     @property
     def healthy(self) -> bool:
         """False during an outage."""
-        return self._ok
+        return self._delivery.backoff.ok
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called; logging calls are then ignored."""
+        return self._delivery.closing
 
     @property
     def queued(self) -> int:
         """Metrics waiting for delivery."""
-        return len(self._metrics)
+        return self._outbox.queued
+
+    @property
+    def outages(self) -> int:
+        """How many outages were seen."""
+        return self._delivery.backoff.outages
+
+    @property
+    def nonfinite_skipped(self) -> int:
+        """Metric values skipped because NaN/inf."""
+        return self._outbox.nonfinite_skipped
+
+    @property
+    def dropped_metrics(self) -> int:
+        """Metrics rejected by the tracker as invalid, or shed from memory during a long outage."""
+        return self._outbox.dropped
 
     def __enter__(self) -> Tracker:
         return self
@@ -384,26 +155,25 @@ class Tracker:
         else:
             self.close("KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED")
 
+    # ---- logging (caller thread; cheap, never raises) ---------------------------------------------
+
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Queue params (nested dicts flatten to dotted keys; values stringified and cut to 6000 chars)."""
         try:
             flat = flatten_params(params)
         except Exception as e:  # noqa: BLE001 - a tracker never breaks training
-            log.warning("tracking: could not flatten params: %s", _short(e))
+            log.warning("tracking: could not flatten params: %s", short_error(e))
             return
-        self._queue_dict(self._params, flat)
+        self._queue_items("params", flat)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Queue run tags (values stringified, cut to 8000 chars)."""
         try:
-            clean = {_clean_key(k): _stringify(v)[:MAX_TAG_VALUE_LENGTH] for k, v in tags.items()}
+            clean = clean_tags(tags)
         except Exception as e:  # noqa: BLE001
-            log.warning("tracking: bad tags: %s", _short(e))
+            log.warning("tracking: bad tags: %s", short_error(e))
             return
-        self._queue_dict(self._tags, clean)
-
-    def log_metric(self, key: str, value: float, step: int) -> None:
-        self.log_metrics({key: value}, step)
+        self._queue_items("tags", clean)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         """Queue metrics for ``step`` (timestamped now). Non-finite values are skipped and counted.
@@ -412,41 +182,19 @@ class Tracker:
         """
         if self.closed:
             return
-        ts = _now_ms()
+        ts = now_ms()
         try:
             step = int(step)
-            items: list[tuple[str, float]] = []
-            for key, value in metrics.items():
-                if value is None:
-                    continue
-                if isinstance(value, (list, tuple)) or getattr(value, "ndim", 0) > 0:
-                    items.extend((f"{key}/{i}", v) for i, v in enumerate(list(value)))
-                else:
-                    items.append((key, value))
+            items = metric_items(metrics)
         except Exception as e:  # noqa: BLE001
-            log.warning("tracking: bad metrics: %s", _short(e))
+            log.warning("tracking: bad metrics: %s", short_error(e))
             return
-        entries = []
-        skipped = 0
-        with self._lock:
-            for key, value in items:
-                try:
-                    v = float(value)
-                except (TypeError, ValueError):
-                    skipped += 1
-                    continue
-                if not math.isfinite(v):
-                    skipped += 1
-                    continue
-                self._seq += 1
-                entries.append(_Entry(self.session, self._seq, _clean_key(key), v, ts, step))
-            self.nonfinite_skipped += skipped
-            self._metrics.extend(entries)
-            n = len(self._metrics)
-            if n >= METRICS_PER_BATCH and self._ok:
-                self._cv.notify_all()
+        values, skipped = finite_values(items)
+        n = self._outbox.add_metrics(values, ts, step, nonfinite=skipped)
+        if n >= METRICS_PER_BATCH:
+            self._delivery.nudge()
         if n > self.max_queue:
-            self._shed()
+            self._outbox.shed()
 
     def log_artifact(self, local_path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
         """Queue a file or folder for upload. It is staged (hard link, else copy) now, so the caller may
@@ -455,16 +203,11 @@ class Tracker:
             return
         src = Path(local_path)
         try:
-            folder = self._staging_folder()
-            dst = folder / src.name
-            if src.is_dir():
-                shutil.copytree(src, dst, copy_function=_link_or_copy)
-            else:
-                _link_or_copy(src, dst)
+            self._outbox.stage_file(src, artifact_path)
         except Exception as e:  # noqa: BLE001
-            log.warning("tracking: cannot stage artifact %s: %s", src, _short(e))
+            log.warning("tracking: cannot stage artifact %s: %s", src, short_error(e))
             return
-        self._queue_artifact(_Artifact(dst, artifact_path, folder))
+        self._delivery.nudge()
 
     def log_dict(self, obj: Any, artifact_file: str) -> None:
         """Log ``obj`` as JSON (or YAML for ``.yaml``/``.yml``) at ``artifact_file`` in the run."""
@@ -477,448 +220,27 @@ class Tracker:
                 text = yaml.safe_dump(obj, sort_keys=False)
             else:
                 text = json.dumps(obj, indent=2, default=str) + "\n"
-            self._stage_bytes(text.encode("utf-8"), artifact_file)
+            self._outbox.stage_bytes(text.encode("utf-8"), artifact_file)
         except Exception as e:  # noqa: BLE001
-            log.warning("tracking: cannot log dict %s: %s", artifact_file, _short(e))
-
-    def log_image(self, image: Any, artifact_file: str) -> None:
-        """Log an image (uint8 BGR ``HxWx3``, BGRA ``HxWx4`` or gray ``HxW``) as a PNG at ``artifact_file``.
-
-        Float images are taken as 0..1 and scaled to 0..255.
-        """
-        if self.closed:
+            log.warning("tracking: cannot log dict %s: %s", artifact_file, short_error(e))
             return
-        try:
-            import cv2
-            import numpy as np
-
-            arr = np.asarray(image)
-            if arr.dtype != np.uint8:
-                scale = 255.0 if np.issubdtype(arr.dtype, np.floating) else 1.0
-                arr = np.clip(np.nan_to_num(arr.astype(np.float64) * scale), 0, 255).round().astype(np.uint8)
-            if arr.ndim == 3 and arr.shape[2] == 1:
-                arr = arr[:, :, 0]
-            if not artifact_file.lower().endswith(".png"):
-                artifact_file += ".png"
-            ok, buf = cv2.imencode(".png", np.ascontiguousarray(arr))
-            if not ok:
-                raise ValueError(f"cv2.imencode failed for shape {arr.shape}")
-            self._stage_bytes(buf.tobytes(), artifact_file)
-        except Exception as e:  # noqa: BLE001
-            log.warning("tracking: cannot log image %s: %s", artifact_file, _short(e))
+        self._delivery.nudge()
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Deliver everything queued now (retrying at once even during an outage's backoff) and wait for
         the attempt, at most ``timeout`` s. True when nothing is left queued."""
-        with self._cv:
-            if self.closed or not self._thread.is_alive():
-                return not self._metrics
-            self._flush_requested += 1
-            ticket = self._flush_requested
-            self._cv.notify_all()
-            self._cv.wait_for(lambda: self._flush_done >= ticket, timeout=timeout)
-            return not (self._metrics or self._params or self._tags or self._artifacts)
+        return self._delivery.flush(timeout)
 
     def close(self, status: str = "FINISHED", timeout: float = 30.0) -> None:
         """Deliver what is queued (one immediate attempt), upload artifacts, and end the run with ``status``
         (FINISHED, KILLED or FAILED). Whatever cannot be delivered stays in the fallback dir. Idempotent."""
-        with self._cv:
-            if self.closed:
-                return
-            self.closed = True
-            status = str(status).upper()
-            if status not in STATUSES:
-                log.warning("tracking: unknown run status %r, using FAILED", status)
-                status = "FAILED"
-            self._close_status = status
-            self._closing = True
-            self._cv.notify_all()
+        if self.closed or not self._delivery.close(terminal_status(status)):
+            return
         atexit.unregister(self._atexit)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.warning("tracking: the tracker did not answer within %.0f s at close; leaving its thread "
-                            "(daemon) to finish; undelivered data is in %s", timeout, self.fallback_dir)
+        self._delivery.join(timeout)
 
-    # ---- queueing helpers -------------------------------------------------------------------------
-
-    def _queue_dict(self, target: dict[str, str], items: Mapping[str, str]) -> None:
+    def _queue_items(self, what: Items, items: Mapping[str, str]) -> None:
         if self.closed or not items:
             return
-        with self._cv:
-            target.update(items)
-            if self._ok:
-                self._cv.notify_all()
-
-    def _queue_artifact(self, art: _Artifact) -> None:
-        with self._cv:
-            self._artifacts.append(art)
-            if self._ok:
-                self._cv.notify_all()
-
-    def _staging_folder(self) -> Path:
-        folder = self.fallback_dir / PENDING_ARTIFACTS / f"{self.session}-{next(self._artifact_counter):05d}"
-        folder.mkdir(parents=True, exist_ok=False)
-        return folder
-
-    def _stage_bytes(self, data: bytes, artifact_file: str) -> None:
-        parts = [p for p in artifact_file.replace("\\", "/").split("/") if p not in ("", ".", "..")]
-        if not parts:
-            raise ValueError(f"empty artifact_file {artifact_file!r}")
-        folder = self._staging_folder()
-        dst = folder / parts[-1]
-        dst.write_bytes(data)
-        self._queue_artifact(_Artifact(dst, "/".join(parts[:-1]) or None, folder))
-
-    def _shed(self) -> None:
-        """Over ``max_queue``: make sure everything is on disk, then drop the oldest from memory."""
-        self._spool()
-        with self._lock:
-            excess = len(self._metrics) - self.max_queue
-            if excess <= 0:
-                return
-            excess = max(excess, self.max_queue // 10)  # shed in chunks: this path stays rare
-            for _ in range(min(excess, len(self._metrics))):
-                self._metrics.popleft()
-            self.dropped_metrics += excess
-        log.warning("tracking: %d queued metrics shed from memory during the outage (kept in %s)",
-                    excess, self.fallback_file)
-
-    # ---- fallback file ----------------------------------------------------------------------------
-
-    def _append(self, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
-        try:
-            self.fallback_dir.mkdir(parents=True, exist_ok=True)
-            data = "".join(json.dumps(r, default=str) + "\n" for r in records)
-            with _file_lock(self.fallback_file), open(self.fallback_file, "a", encoding="utf-8") as f:
-                f.write(data)
-                f.flush()
-        except Exception as e:  # noqa: BLE001
-            if not self._spool_failed:
-                self._spool_failed = True
-                log.warning("tracking: cannot write fallback file %s: %s", self.fallback_file, _short(e))
-
-    def _spool(self) -> None:
-        """Append to the fallback file what is queued and not yet written there."""
-        with self._spool_lock:
-            with self._lock:
-                new: list[_Entry] = []
-                for e in reversed(self._metrics):
-                    if e.session != self.session or e.seq <= self._spooled_seq:
-                        break
-                    new.append(e)
-                new.reverse()
-                upto = self._seq
-                params = {k: v for k, v in self._params.items() if self._spooled_params.get(k) != v}
-                tags = {k: v for k, v in self._tags.items() if self._spooled_tags.get(k) != v}
-                run_id = self._run_id
-            recs: list[dict[str, Any]] = [
-                {"kind": "metric", "session": e.session, "seq": e.seq, "run_id": run_id, "key": e.key,
-                 "value": e.value, "step": e.step, "timestamp": e.timestamp} for e in new]
-            recs += [{"kind": "param", "session": self.session, "run_id": run_id, "key": k, "value": v}
-                     for k, v in params.items()]
-            recs += [{"kind": "tag", "session": self.session, "run_id": run_id, "key": k, "value": v}
-                     for k, v in tags.items()]
-            self._append(recs)
-            with self._lock:
-                self._spooled_seq = max(self._spooled_seq, upto)
-                self._spooled_params.update(params)
-                self._spooled_tags.update(tags)
-
-    def _replay(self, run_id: str) -> None:
-        """Re-queue what an earlier process left undelivered for this run in the same fallback file."""
-        records = read_fallback(self.fallback_file)
-        metrics = pending_metrics(records, run_id)
-        for rec in metrics:
-            self._metrics.append(_Entry(rec["session"], int(rec["seq"]), rec["key"], float(rec["value"]),
-                                        int(rec["timestamp"]), int(rec["step"])))
-        arts = [r for r in records if r.get("kind") == "artifact" and r.get("run_id") == run_id
-                and r.get("retry", True) and Path(r.get("local_path", "")).exists()]
-        arts = list({r["local_path"]: r for r in arts}.values())
-        for rec in arts:
-            staged = Path(rec["local_path"])
-            self._artifacts.append(_Artifact(staged, rec.get("artifact_path"), staged.parent))
-        if metrics or arts:
-            log.info("tracking: re-queued %d undelivered metrics and %d artifacts of run %s from %s",
-                     len(metrics), len(arts), run_id, self.fallback_file)
-
-    # ---- worker -----------------------------------------------------------------------------------
-
-    def _loop(self) -> None:
-        while True:
-            with self._cv:
-                force = False
-                while True:
-                    if self._closing:
-                        break
-                    if self._flush_requested > self._flush_done:
-                        force = True
-                        break
-                    if self._ok and (len(self._metrics) >= METRICS_PER_BATCH or self._params or self._tags
-                                     or self._artifacts):
-                        break
-                    wait = self._next_tick - time.monotonic()
-                    if wait <= 0:
-                        break
-                    self._cv.wait(wait)
-                closing = self._closing
-                ticket = self._flush_requested
-            try:
-                with _store_lock(self.uri):
-                    self._cycle(force=force or closing)
-                    if closing:
-                        self._finish()
-            except Exception:  # noqa: BLE001 - the worker must never die
-                log.exception("tracking: internal error in the tracking thread")
-            with self._cv:
-                self._flush_done = ticket
-                self._next_tick = time.monotonic() + self.flush_every
-                self._cv.notify_all()
-            if closing:
-                return
-
-    def _cycle(self, force: bool) -> None:
-        """One delivery attempt of everything queued (or, during an outage's backoff, only spooling)."""
-        if not self._ok:
-            self._spool()
-            if not force and time.monotonic() < self._retry_at:
-                return
-        try:
-            self._ensure_run()
-            self._send_dict(self._params, "params")
-            self._send_dict(self._tags, "tags")
-            self._send_metrics()
-            self._send_artifacts()
-        except Exception as e:  # noqa: BLE001 - anything here means: the tracker is away
-            self._failed(e)
-        else:
-            self._recovered()
-
-    def _failed(self, exc: BaseException) -> None:
-        with self._lock:
-            first = self._ok
-            self._ok = False
-            self._retry_at = time.monotonic() + self._backoff
-            self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
-            if first:
-                self.outages += 1
-        if first:
-            self._append([{"kind": "outage", "session": self.session, "run_id": self._run_id, "uri": self.uri,
-                           "error": _short(exc), "time": time.time()}])
-            self._warn(f"MLflow tracker {self.uri} unreachable (outage {self.outages}: {_short(exc)}); "
-                       f"training continues, metrics are queued in memory and written to {self.fallback_file}; "
-                       f"retrying with backoff")
-        self._spool()
-
-    def _recovered(self) -> None:
-        if not self._ok:
-            with self._lock:
-                self._ok = True
-                self._backoff = MIN_BACKOFF_S
-            log.info("tracking: MLflow tracker %s reachable again; queued data delivered", self.uri)
-
-    def _warn(self, message: str) -> None:
-        try:
-            warnings.warn(message, TrackingWarning, stacklevel=2)
-        except Exception:  # noqa: BLE001 - e.g. -W error: still never raise
-            log.warning("%s", message)
-
-    def _get_client(self) -> Any:
-        if self._client is None:
-            from mlflow import MlflowClient
-
-            self._client = MlflowClient(tracking_uri=self.uri)
-        return self._client
-
-    def _ensure_run(self) -> None:
-        client = self._get_client()
-        if self._run_ready:
-            return
-        if self._resume_id:
-            try:
-                client.update_run(self._resume_id, status="RUNNING")
-            except Exception as e:
-                if not _is_permanent(e):
-                    raise
-                log.warning("tracking: cannot resume run %s at %s (%s); starting a new run",
-                            self._resume_id, self.uri, _short(e))
-                self._resume_id = None
-                self._create_tags["pvm.resumed_from"] = self._run_id or ""
-        if not self._resume_id:
-            experiment_id = self._experiment_id(client)
-            tags = dict(self._create_tags)
-            run = client.create_run(experiment_id, start_time=self._start_ms, tags=tags, run_name=self.run_name)
-            with self._lock:
-                self._run_id = run.info.run_id
-        self._run_ready = True
-        if (self.fallback_file.exists() or not self._ok) and not self._run_announced:
-            self._append([{"kind": "run", "session": self.session, "run_id": self._run_id}])
-            self._run_announced = True
-
-    def _experiment_id(self, client: Any) -> str:
-        exp = client.get_experiment_by_name(self.experiment)
-        if exp is not None:
-            return exp.experiment_id
-        try:
-            return client.create_experiment(self.experiment, artifact_location=self._artifact_location())
-        except Exception as e:
-            if getattr(e, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
-                raise
-            exp = client.get_experiment_by_name(self.experiment)  # created concurrently by another process
-            if exp is None:
-                raise
-            return exp.experiment_id
-
-    def _artifact_location(self) -> str | None:
-        """For a SQLite store: ``<db dir>/mlartifacts/<experiment>`` (else the tracker's default)."""
-        if not self.uri.startswith("sqlite:///"):
-            return None
-        db = Path(self.uri[len("sqlite:///"):].split("?")[0])
-        safe = re.sub(r"[^\w.\-]", "_", self.experiment) or "default"
-        return str((db.parent / "mlartifacts" / safe).resolve())
-
-    def _send_dict(self, pending: dict[str, str], what: str) -> None:
-        from mlflow.entities import Param, RunTag
-
-        make = Param if what == "params" else RunTag
-        with self._lock:
-            items = list(pending.items())
-        rejected: list[str] = []
-        for i in range(0, len(items), PARAMS_TAGS_PER_BATCH):
-            chunk = items[i:i + PARAMS_TAGS_PER_BATCH]
-            self._send_isolating(chunk, lambda c: self._get_client().log_batch(
-                self._run_id, **{what: [make(k, v) for k, v in c]}, synchronous=True),
-                lambda item, e: rejected.append(f"{item[0]} ({_short(e, 160)})"))
-            with self._lock:
-                for k, v in chunk:
-                    if pending.get(k) is v:
-                        del pending[k]
-        if rejected:
-            log.warning("tracking: the tracker rejected %d %s, dropped: %s", len(rejected), what,
-                        "; ".join(rejected[:10]))
-
-    def _send_metrics(self) -> None:
-        from mlflow.entities import Metric
-
-        with self._lock:
-            budget = len(self._metrics)  # what is queued now; later additions wait for the next cycle
-        rejected: list[str] = []
-
-        def reject(entry: _Entry, e: BaseException) -> None:
-            with self._lock:
-                self.dropped_metrics += 1
-            rejected.append(f"{entry.key} ({_short(e, 160)})")
-
-        while budget > 0:
-            with self._lock:
-                batch = list(itertools.islice(self._metrics, 0, min(METRICS_PER_BATCH, budget)))
-            if not batch:
-                break
-            self._send_isolating(batch, lambda b: self._get_client().log_batch(
-                self._run_id, metrics=[Metric(e.key, e.value, e.timestamp, e.step) for e in b], synchronous=True),
-                reject)
-            budget -= len(batch)
-            with self._spool_lock:
-                delivered: dict[str, int] = {}
-                for e in batch:
-                    if e.session != self.session or e.seq <= self._spooled_seq:
-                        delivered[e.session] = max(delivered.get(e.session, -1), e.seq)
-                with self._lock:
-                    ids = {id(e) for e in batch}
-                    while self._metrics and id(self._metrics[0]) in ids:
-                        self._metrics.popleft()
-            if delivered:
-                self._append([{"kind": "delivered", "session": s, "upto": upto, "run_id": self._run_id,
-                               "time": time.time()} for s, upto in delivered.items()])
-        if rejected:
-            log.warning("tracking: the tracker rejected %d metric values, dropped: %s", len(rejected),
-                        "; ".join(rejected[:10]))
-
-    @staticmethod
-    def _send_isolating(items: list[Any], send: Any, reject: Any) -> None:
-        """Send ``items``; on a permanent rejection split in halves until the bad ones are isolated and
-        dropped (via ``reject``). Transient errors propagate (outage)."""
-        try:
-            send(items)
-        except Exception as e:
-            if not _is_permanent(e):
-                raise
-            if len(items) == 1:
-                reject(items[0], e)
-                return
-            mid = len(items) // 2
-            Tracker._send_isolating(items[:mid], send, reject)
-            Tracker._send_isolating(items[mid:], send, reject)
-
-    def _send_artifacts(self) -> None:
-        with self._lock:
-            pending = list(self._artifacts)
-        for art in pending:
-            if not art.staged.exists():
-                log.warning("tracking: staged artifact %s vanished; skipped", art.staged)
-            else:
-                try:
-                    self._get_client().log_artifact(self._run_id, str(art.staged), art.artifact_path)
-                except Exception as e:
-                    if not _is_permanent(e):
-                        raise
-                    log.warning("tracking: the tracker rejected artifact %s: %s (kept there)", art.staged, _short(e))
-                    self._note_artifact(art, f"rejected: {_short(e)}", retry=False)
-                else:
-                    shutil.rmtree(art.cleanup, ignore_errors=True)  # our staged copy, now uploaded
-            with self._lock:
-                self._artifacts.remove(art)
-
-    def _note_artifact(self, art: _Artifact, note: str, retry: bool = True) -> None:
-        self._append([{"kind": "artifact", "session": self.session, "run_id": self._run_id,
-                       "local_path": str(art.staged), "artifact_path": art.artifact_path, "note": note,
-                       "retry": retry}])
-
-    def _finish(self) -> None:
-        """At close, after the final delivery attempt: end the run, or leave everything in the fallback dir."""
-        if self._ok and self._run_ready:
-            try:
-                if self.nonfinite_skipped or self.dropped_metrics:
-                    self._get_client().log_batch(self._run_id, tags=self._count_tags(), synchronous=True)
-                self._get_client().set_terminated(self._run_id, status=self._close_status)
-            except Exception as e:  # noqa: BLE001
-                self._failed(e)
-        if self._ok:
-            self._remove_empty_staging()
-            return
-        self._spool()
-        with self._lock:
-            arts = list(self._artifacts)
-            n_metrics = len(self._metrics)
-        for art in arts:
-            self._note_artifact(art, "not uploaded: tracker unreachable at close")
-        self._append([{"kind": "close", "session": self.session, "run_id": self._run_id,
-                       "status": self._close_status, "delivered": False, "queued_metrics": n_metrics,
-                       "artifacts": len(arts), "time": time.time()}])
-        log.warning("tracking: MLflow tracker %s unreachable at close: run %s not ended (%s); %d metrics, "
-                    "%d params/tags and %d artifacts left in %s (see pvm_dist.tracking.tracker.read_fallback)",
-                    self.uri, self._run_id, self._close_status, n_metrics, len(self._params) + len(self._tags),
-                    len(arts), self.fallback_dir)
-
-    def _count_tags(self) -> list[Any]:
-        from mlflow.entities import RunTag
-
-        return [RunTag("pvm.metrics_nonfinite_skipped", str(self.nonfinite_skipped)),
-                RunTag("pvm.metrics_dropped", str(self.dropped_metrics))]
-
-    def _remove_empty_staging(self) -> None:
-        try:
-            (self.fallback_dir / PENDING_ARTIFACTS).rmdir()  # only when empty
-            if not self._fallback_dir_existed:
-                self.fallback_dir.rmdir()  # ours, and empty
-        except OSError:
-            pass
-
-
-def _link_or_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+        self._outbox.add_items(what, items)
+        self._delivery.nudge()

@@ -1,0 +1,59 @@
+"""Where runs are tracked unless the caller says otherwise, and the standard tags that say where a run came
+from (code version, host, backend, device)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pvm_dist._version import __version__
+from pvm_dist.tracking.normalize import stringify
+
+
+def default_tracking_uri() -> str:
+    """``PVM_MLFLOW_URI``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///<cwd>/mlflow.db``.
+
+    With the SQLite default, artifacts go to ``<cwd>/mlartifacts/<experiment>`` next to the database.
+    """
+    for name in ("PVM_MLFLOW_URI", "MLFLOW_TRACKING_URI"):
+        if os.environ.get(name):
+            return os.environ[name]
+    return f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
+
+
+def run_tags(backend: str | None = None, device_name: str | None = None,
+             extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The standard tags of a training run: git commit (when the package runs from a checkout), host,
+    pvm_dist version, backend, device, plus ``extra``."""
+    tags: dict[str, str] = {"host": socket.gethostname(), "pvm_dist.version": __version__}
+    commit = _git_commit(Path(__file__).resolve().parent.parent)
+    if commit:
+        tags["git.commit"] = commit
+        tags["mlflow.source.git.commit"] = commit  # the MLflow UI shows this one
+    if backend is not None:
+        tags["backend"] = str(backend)
+    if device_name is not None:
+        tags["device"] = str(device_name)
+    for key, value in (extra or {}).items():
+        tags[str(key)] = stringify(value)
+    return tags
+
+
+def _git_commit(directory: Path) -> str | None:
+    """HEAD of the checkout ``directory`` is the package folder of; None when it is not one."""
+    try:
+        top = subprocess.run(["git", "-C", str(directory), "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = top.stdout.split()
+    if top.returncode != 0 or len(lines) != 2:
+        return None
+    # Only our own checkout counts (not, say, a site-packages folder inside someone else's repository).
+    if (Path(lines[0]) / directory.name).resolve() != directory:
+        return None
+    return lines[1]

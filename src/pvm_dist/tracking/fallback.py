@@ -1,0 +1,105 @@
+"""The fallback file ``tracking_fallback.jsonl``: an append-only JSON-lines journal of what a tracker could
+not deliver (and of what it delivered later), so that nothing is lost when the tracker is away and a later
+process, or a person, can tell what is still missing from a run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pvm_dist.tracking.normalize import short_error
+
+log = logging.getLogger(__name__)
+
+FALLBACK_FILE = "tracking_fallback.jsonl"
+
+_FILE_LOCKS: dict[str, threading.Lock] = {}
+_FILE_LOCKS_GUARD = threading.Lock()
+
+
+def read_fallback(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All records of a fallback file (or of ``<dir>/tracking_fallback.jsonl``), in order.
+
+    Kinds: ``metric`` (session, seq, run_id, key, value, step, timestamp), ``param``, ``tag``, ``artifact``
+    (a staged file not uploaded, with its note), ``run`` (the run a session's records belong to, once known),
+    ``delivered`` (metrics of ``session`` up to ``upto`` reached the tracker), ``outage``, ``close``.
+    A torn last line (crash while writing) is skipped.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / FALLBACK_FILE
+    if not p.exists():
+        return []
+    records = []
+    with open(p, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+    return records
+
+
+def pending_metrics(records: Iterable[Mapping[str, Any]], run_id: str | None = None) -> list[dict[str, Any]]:
+    """The metric records of a fallback file that never reached the tracker (optionally of one run)."""
+    records = list(records)
+    delivered: dict[str, int] = {}
+    session_run: dict[str, str] = {}
+    for rec in records:
+        if rec.get("kind") == "delivered":
+            delivered[rec["session"]] = max(delivered.get(rec["session"], -1), int(rec["upto"]))
+        elif rec.get("kind") == "run" and rec.get("run_id"):
+            session_run[rec["session"]] = rec["run_id"]
+    out, seen = [], set()
+    for rec in records:
+        if rec.get("kind") != "metric":
+            continue
+        ident = (rec.get("session"), rec.get("seq"))
+        if ident in seen or rec["seq"] <= delivered.get(rec["session"], -1):
+            continue
+        seen.add(ident)
+        rid = rec.get("run_id") or session_run.get(rec["session"])
+        if run_id is None or rid == run_id:
+            out.append({**rec, "run_id": rid})
+    return out
+
+
+class Journal:
+    """Appends records to one fallback file. Trackers of one process that share the file write one at a
+    time (whole lines, never interleaved); a failing disk is reported once and never raises."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._failed = False
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            data = "".join(json.dumps(r, default=str) + "\n" for r in records)
+            with _file_lock(self.path), open(self.path, "a", encoding="utf-8") as f:
+                f.write(data)
+                f.flush()
+        except Exception as e:  # noqa: BLE001 - a tracker never breaks training
+            if not self._failed:
+                self._failed = True
+                log.warning("tracking: cannot write fallback file %s: %s", self.path, short_error(e))
+
+
+def _file_lock(path: Path) -> threading.Lock:
+    with _FILE_LOCKS_GUARD:
+        return _FILE_LOCKS.setdefault(str(path), threading.Lock())

@@ -1,0 +1,206 @@
+"""Everything that talks to MLflow: one run at one tracking store, through its own ``MlflowClient`` (no
+global fluent state, so several runs can live in one process, e.g. a parent run and nested runs).
+
+Calls raise on a transient failure (the tracker is away: the caller keeps the data and retries) and
+report permanent rejections (an invalid key, a param whose value changed on resume) as return values,
+after isolating the offending items, so that one bad value never blocks the rest.
+
+Timeouts: a dead server must not stall anyone, so :func:`configure_http_timeouts` sets (only where not
+already set) ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0`` and ``MLFLOW_HTTP_REQUEST_TIMEOUT=5`` in ``os.environ``.
+MLflow reads them per request, so they apply process-wide; set them yourself to override. With these, a
+refused connection fails in milliseconds and a black-holed host in about 5 s.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pvm_dist.tracking.normalize import short_error
+from pvm_dist.tracking.outbox import MetricEntry
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("FINISHED", "KILLED", "FAILED")
+HTTP_ENV_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+
+# MLflow's batch limits (mlflow.utils.validation).
+PARAMS_TAGS_PER_BATCH = 100
+METRICS_PER_BATCH = 1000
+
+# MLflow error codes that mean "this request is wrong", not "the tracker is away".
+_PERMANENT_CODES = frozenset({"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "MALFORMED_REQUEST", "INVALID_STATE",
+                              "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"})
+_STORE_LOCKS: dict[str, threading.RLock] = {}
+_STORE_LOCKS_GUARD = threading.Lock()
+
+T = TypeVar("T")
+
+
+def configure_http_timeouts() -> None:
+    """Fail fast against a dead HTTP tracker (no MLflow-internal retries, 5 s socket timeout).
+
+    Sets the variables only where unset; MLflow reads them at each request (process-wide).
+    """
+    for name, value in HTTP_ENV_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
+def store_lock(uri: str) -> threading.RLock:
+    """One lock per tracking store: the trackers of one process (a sweep driver holds one per trial)
+    talk to a store one at a time, so a SQLite file sees a single writer."""
+    with _STORE_LOCKS_GUARD:
+        return _STORE_LOCKS.setdefault(uri, threading.RLock())
+
+
+def terminal_status(status: str) -> str:
+    """``status`` as one of MLflow's end states; an unknown one is reported and taken as FAILED."""
+    status = str(status).upper()
+    if status not in STATUSES:
+        log.warning("tracking: unknown run status %r, using FAILED", status)
+        return "FAILED"
+    return status
+
+
+def now_ms() -> int:
+    """MLflow's clock: milliseconds since the epoch."""
+    return int(time.time() * 1000)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """True when MLflow rejected the request itself (retrying cannot help)."""
+    return getattr(exc, "error_code", None) in _PERMANENT_CODES
+
+
+def send_isolating(items: Sequence[T], send: Callable[[Sequence[T]], None],
+                   reject: Callable[[T, BaseException], None]) -> None:
+    """Send ``items``; on a permanent rejection split in halves until the bad ones are isolated and
+    dropped (via ``reject``). Transient errors propagate (outage)."""
+    try:
+        send(items)
+    except Exception as e:
+        if not is_permanent(e):
+            raise
+        if len(items) == 1:
+            reject(items[0], e)
+            return
+        mid = len(items) // 2
+        send_isolating(items[:mid], send, reject)
+        send_isolating(items[mid:], send, reject)
+
+
+class MlflowSink:
+    """One MLflow run (created, resumed or nested) at one store; see the module docstring.
+
+    ``run_id`` is the run to resume (or None) until :meth:`open_run` succeeds, then the run logged into.
+    ``tags`` are the creation tags (``mlflow.parentRunId`` among them for a nested run).
+    """
+
+    def __init__(self, uri: str, experiment: str, *, run_name: str | None, run_id: str | None,
+                 tags: Mapping[str, str]) -> None:
+        self.uri = uri
+        self.experiment = experiment
+        self.run_name = run_name
+        self.run_id = run_id
+        self.ready = False  # the run exists (created or resumed)
+        self.lock = store_lock(uri)
+        self._resume_id = run_id
+        self._create_tags = dict(tags)
+        self._start_ms = now_ms()
+        self._client: Any = None
+
+    def client(self) -> Any:
+        """The ``MlflowClient`` (created on first use: importing mlflow is slow)."""
+        if self._client is None:
+            from mlflow import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    def open_run(self) -> None:
+        """Resume the run (or, when the store no longer knows it, start a new one tagged
+        ``pvm.resumed_from``), or create it. Raises when the tracker is away."""
+        client = self.client()
+        if self._resume_id:
+            try:
+                client.update_run(self._resume_id, status="RUNNING")
+            except Exception as e:
+                if not is_permanent(e):
+                    raise
+                log.warning("tracking: cannot resume run %s at %s (%s); starting a new run",
+                            self._resume_id, self.uri, short_error(e))
+                self._resume_id = None
+                self._create_tags["pvm.resumed_from"] = self.run_id or ""
+        if not self._resume_id:
+            experiment_id = self._experiment_id(client)
+            run = client.create_run(experiment_id, start_time=self._start_ms, tags=dict(self._create_tags),
+                                    run_name=self.run_name)
+            self.run_id = run.info.run_id
+        self.ready = True
+
+    def log_items(self, what: Literal["params", "tags"], items: Sequence[tuple[str, str]]) -> list[str]:
+        """Log params or tags (at most :data:`PARAMS_TAGS_PER_BATCH`); the rejected ones, described."""
+        from mlflow.entities import Param, RunTag
+
+        make = Param if what == "params" else RunTag
+        rejected: list[str] = []
+        send_isolating(items, lambda c: self.client().log_batch(
+            self.run_id, **{what: [make(k, v) for k, v in c]}, synchronous=True),
+            lambda item, e: rejected.append(f"{item[0]} ({short_error(e, 160)})"))
+        return rejected
+
+    def log_metrics(self, batch: Sequence[MetricEntry]) -> list[str]:
+        """Log metrics (at most :data:`METRICS_PER_BATCH`); the rejected ones, described."""
+        from mlflow.entities import Metric
+
+        rejected: list[str] = []
+        send_isolating(batch, lambda b: self.client().log_batch(
+            self.run_id, metrics=[Metric(e.key, e.value, e.timestamp, e.step) for e in b], synchronous=True),
+            lambda entry, e: rejected.append(f"{entry.key} ({short_error(e, 160)})"))
+        return rejected
+
+    def log_artifact(self, local_path: Path, artifact_path: str | None) -> str | None:
+        """Upload a file or folder; None when done, the reason when the tracker rejects it for good."""
+        try:
+            self.client().log_artifact(self.run_id, str(local_path), artifact_path)
+        except Exception as e:
+            if not is_permanent(e):
+                raise
+            return short_error(e)
+        return None
+
+    def end_run(self, status: str, tags: Mapping[str, str]) -> None:
+        """Log the final ``tags`` (if any) and end the run with ``status``."""
+        from mlflow.entities import RunTag
+
+        if tags:
+            self.client().log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()], synchronous=True)
+        self.client().set_terminated(self.run_id, status=status)
+
+    def _experiment_id(self, client: Any) -> str:
+        exp = client.get_experiment_by_name(self.experiment)
+        if exp is not None:
+            return exp.experiment_id
+        try:
+            return client.create_experiment(self.experiment, artifact_location=self._artifact_location())
+        except Exception as e:
+            if getattr(e, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
+                raise
+            exp = client.get_experiment_by_name(self.experiment)  # created concurrently by another process
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def _artifact_location(self) -> str | None:
+        """For a SQLite store: ``<db dir>/mlartifacts/<experiment>`` (else the tracker's default)."""
+        if not self.uri.startswith("sqlite:///"):
+            return None
+        db = Path(self.uri[len("sqlite:///"):].split("?")[0])
+        safe = re.sub(r"[^\w.\-]", "_", self.experiment) or "default"
+        return str((db.parent / "mlartifacts" / safe).resolve())
