@@ -200,7 +200,7 @@ def test_bar_source_follows_the_original():
     assert dark(src.frame(0)) == [29, 30]  # m − 1 + k·d with m = 30, k = 0
     assert dark(src.frame(5)) == [34, 35]
     assert dark(src.frame(30)) == [59]  # k = m: clipped to one row at the bottom edge
-    ks = [src._position(t) for t in range(31, 31 + 300)]
-    assert [k for k, _ in ks[:30]] == list(range(1, 31)) and {d for _, d in ks} == {-1, 1}
-    vanished = [t for t in range(31, 400) if src._position(t) == (30, -1)]
+    moves = src._top_rows(np.arange(31, 31 + 300)) - 29  # k·d after the first cycle
+    assert np.abs(moves[:30]).tolist() == list(range(1, 31)) and set(np.sign(moves).tolist()) == {-1, 1}
+    vanished = [t for t in range(31, 400) if src._top_rows(np.array(t)) == -1]  # k = m, d = −1
     assert vanished and dark(src.frame(vanished[0])) == []

@@ -5,6 +5,7 @@ device-resident dataset), and a source whose ``device_renderable`` is True also 
 (``frames_block_device``). :func:`make_source` turns a data string into a source."""
 
 from pvm_dist.data.errors import DataError
-from pvm_dist.data.source import FrameSource, make_source
+from pvm_dist.data.loader import make_source
+from pvm_dist.data.source import FrameSource
 
 __all__ = ["DataError", "FrameSource", "make_source"]

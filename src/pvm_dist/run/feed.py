@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pvm_dist.data.source import FrameSource
+from pvm_dist.data import FrameSource
 from pvm_dist.engine.base import Engine
 
 BLOCK_BYTES = 256 << 20  # the most frame bytes one block holds

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pvm_dist.data.source import FrameSource, make_source
+from pvm_dist.data import FrameSource, make_source
 from pvm_dist.engine import build_engine
 from pvm_dist.io import pictures
 from pvm_dist.model.readout import Readout, decode, hit_rate, iou, readout_learning_rate, readout_trains

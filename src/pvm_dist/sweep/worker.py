@@ -26,7 +26,7 @@ from typing import Any
 
 import cv2
 
-from pvm_dist.data.source import FrameSource, make_source
+from pvm_dist.data import FrameSource, make_source
 from pvm_dist.engine import build_engine
 from pvm_dist.model.spec import load_spec
 from pvm_dist.run.config import RunConfig
