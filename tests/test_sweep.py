@@ -4,10 +4,14 @@ Ray instance that pvm-dist starts itself (CPU workers), tracked by a real MLflow
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
-from sweep_helpers import events, of, run, sweep_dir, sweep_file, trial_runs
+from conftest import cli_command
+from sweep_helpers import environment, events, mlflow_runs, of, run, sweep_dir, sweep_file, trial_runs
 
+from pvm_dist.engine.native import build_info, native_module
 from pvm_dist.sweep.asha import SuccessiveHalving
 from pvm_dist.sweep.journal import FAILED, FINISHED, PENDING, RUNNING, SweepFolder
 
@@ -163,3 +167,66 @@ def test_unreachable_cluster_is_one_line_and_leaves_nothing(tmp_path):
     assert res.returncode == 2 and "cannot reach a Ray cluster at 127.0.0.1:" in res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "sweeps").exists() or not any((tmp_path / "sweeps").iterdir())
+
+
+# ---- the engine every worker gets -------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+TRIAL = {"steps": 120, "checkpoint_every": 60, "metrics_every": 30, "picture_every": 60, "heldout_steps": 20,
+         "readout_lr": 0.5, "overrides": {"delay_each_layer_learning": 10, "initial_learning_rate": 0.05}}
+
+
+def _from_repo_root(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``pvm-dist sweep ARGS`` run from the checkout's root, as the README runs it."""
+    return subprocess.run([*cli_command(), "sweep", *args, "--root", str(tmp_path / "sweeps")], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, env=environment(tmp_path))
+
+
+@pytest.mark.skipif(native_module() is None, reason="the native module is not built")
+def test_sweep_from_the_repo_root_trains_on_the_native_engine_like_train(tmp_path):
+    """From the repo root, Ray workers import the installed package (not the source tree) and build the native
+    engine; a trial on labelled data logs what `train` logs for the same run configuration, to the bit."""
+    pytest.importorskip("ray")
+    import mlflow
+
+    f = sweep_file(tmp_path, "root", vary={"seed": [0, 1]}, **TRIAL)
+    res = _from_repo_root(tmp_path, "run", str(f), "--json", "--mlflow", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert {t["status"] for t in json.loads(res.stdout)["trials"]} == {FINISHED}
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    trials = trial_runs(mlflow_runs(tmp_path, "root"))
+    assert sorted(trials) == ["t000", "t001"]
+    assert {r.data.tags["backend"] for r in trials.values()} == {"native"}
+
+    run_dir = tmp_path / "train"
+    args = ["train", "--spec", "tiny", "--steps", "120", "--seed", "0", "--n-seq", "1", "--backend", "native",
+            "--data", "synthetic:balls", "--metrics-every", "30", "--picture-every", "60", "--heldout-steps", "20",
+            "--readout-lr", "0.5", "-O", "delay_each_layer_learning=10", "-O", "initial_learning_rate=0.05",
+            "--run-dir", str(run_dir), "--experiment", "train", "--mlflow", uri, "--json"]
+    out = subprocess.run([*cli_command(), *args], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env=environment(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    (local,) = mlflow_runs(tmp_path, "train")
+    trial = trials["t000"]
+    heldout = {k: v for k, v in local.data.metrics.items() if k.startswith("heldout_")}
+    assert {"heldout_readout_iou", "heldout_readout_hit_rate", "heldout_l0_two_step_px"} <= heldout.keys()
+    assert {k: trial.data.metrics[k] for k in heldout} == heldout
+    for key in ("l0_two_step_px", "baseline_two_step_px", "ratio_two_step"):
+        assert trial.data.metrics[key] == local.data.metrics[key], key
+    client = mlflow.MlflowClient(uri)
+    listed = {a.path for a in client.list_artifacts(trial.info.run_id)}
+    assert {"prediction.gif", "pictures", "checkpoints"} <= listed
+
+
+@pytest.mark.skipif(native_module() is None or bool(build_info().get("devices")),
+                    reason="needs the native module and no GPU (the sweep asks for a CUDA engine it cannot build)")
+def test_a_sweep_whose_engine_cannot_load_fails_once_before_any_trial(tmp_path):
+    pytest.importorskip("ray")
+    f = sweep_file(tmp_path, "nocuda", device="cuda", vary={"seed": [0, 1, 2]}, max_failures=5, **TRIAL)
+    res = _from_repo_root(tmp_path, "run", str(f))
+    assert res.returncode == 3, res.stderr[-3000:]
+    failed = [line for line in res.stderr.splitlines() if line.startswith("pvm-dist: sweep failed:")]
+    assert len(failed) == 1 and "cannot build the 'native' engine" in failed[0], res.stderr[-3000:]
+    assert "Traceback" not in res.stderr
+    evs = events(sweep_dir(tmp_path))
+    assert not of(evs, "trial_started") and not of(evs, "failure")  # no trial burnt the failure budget

@@ -33,7 +33,7 @@ RANDOM_KINDS = ("uniform", "loguniform", "randint", "choice")
 SEED_PARAM = "seed"
 #: Run settings a sweep file may give (every trial's RunConfig; pvm_dist.run.config has their meaning).
 RUN_KEYS = ("steps", "checkpoint_every", "metrics_every", "picture_every", "n_seq", "data", "data_path", "backend",
-            "readout", "readout_from", "readout_lr", "heldout", "heldout_steps", "animation_frames")
+            "device", "readout", "readout_from", "readout_lr", "heldout", "heldout_steps", "animation_frames")
 TOP_KEYS = ("name", "description", "spec", "vary", "samples", "seed", "overrides", "metric", "mode", *RUN_KEYS,
             "resources", "max_failures", "max_concurrent", "early_stopping")
 _RESOURCE_KEYS = ("gpus_per_actor", "cpus_per_actor", "cpu_workers")
@@ -367,7 +367,7 @@ def _run_config(c: _Checker, raw: Mapping[str, Any], bases: Mapping[str, Spec], 
     for key in ("n_seq", "picture_every", "readout_from", "heldout_steps", "animation_frames"):
         if key in raw:
             values[key] = c.integer(key, raw[key], 1 if key == "n_seq" else 0)
-    for key in ("data", "data_path", "heldout"):
+    for key in ("data", "data_path", "heldout", "device"):
         if raw.get(key) is not None:
             values[key] = c.text(key, raw[key])
     if "readout" in raw and not isinstance(raw["readout"], bool):
