@@ -105,6 +105,7 @@ def test_balls_blocks_equal_the_steps():
         assert frames.shape == (k, 64, *SHAPE) and labels.shape == (k, 64, 60, 60) and boxes.shape == (k, 64, 4)
         assert boxes.dtype == np.int32 and labels.dtype == np.float32
         centres, pans = src.layout(step, k)
+        assert not centres.flags.writeable and not pans.flags.writeable  # kept for the next call: read-only
         for i in range(k):
             assert np.array_equal(frames[i], src.frames(step + i))
             assert np.array_equal(frames[i], src.frames_block(step + i, 1)[0])

@@ -161,16 +161,21 @@ class BallSource:
         self._colour = np.tile(self.palette.transpose(1, 0, 2), self._win[0] * self._win[1])  # [nb, n_seq, sy·sx·C]
         self._device: dict[int, tuple[Any, Any, Any]] = {}  # GPU id -> its copies of textures, palette, radii
         self._ahead = Lookahead(self.frames_block, (n_seq, h, w, c))
+        self._last_layout: tuple[tuple[int, int] | None, np.ndarray | None] = (None, None)
 
     def layout(self, step: int, k: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """The geometry of steps ``step … step+k−1``, which both renderers draw.
 
-        Returns int64 ball centres [k, n_seq, nb, 2] (x, y; ball 0 is the green target) and texture window
-        offsets [k, n_seq, 2] (x, y): float64 motion reflected at the walls, rounded to whole pixels.
+        Returns read-only int64 ball centres [k, n_seq, nb, 2] (x, y; ball 0 is the green target) and texture
+        window offsets [k, n_seq, 2] (x, y): float64 motion reflected at the walls, rounded to whole pixels.
+        The last block's geometry is kept, so drawing a block and labelling it compute it once.
         """
-        t = (step + np.arange(k)).astype(np.float64)
-        pos = np.floor(self._walls.fold(self._p0 + self._vel * t[:, None, None, None]) + 0.5)
-        pos = pos.astype(np.int64)
+        if self._last_layout[0] != (step, k):
+            t = (step + np.arange(k)).astype(np.float64)
+            pos = np.floor(self._walls.fold(self._p0 + self._vel * t[:, None, None, None]) + 0.5).astype(np.int64)
+            pos.setflags(write=False)
+            self._last_layout = ((step, k), pos)
+        pos = self._last_layout[1]
         return pos[:, :, :-1], pos[:, :, -1]
 
     def centres(self, step: int) -> np.ndarray:
