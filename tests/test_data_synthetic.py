@@ -105,8 +105,10 @@ def test_balls_blocks_equal_the_steps():
         assert frames.shape == (k, 64, *SHAPE) and labels.shape == (k, 64, 60, 60) and boxes.shape == (k, 64, 4)
         assert boxes.dtype == np.int32 and labels.dtype == np.float32
         centres, pans = src.layout(step, k)
+        assert not centres.flags.writeable and not pans.flags.writeable  # kept for the next call: read-only
         for i in range(k):
             assert np.array_equal(frames[i], src.frames(step + i))
+            assert np.array_equal(frames[i], src.frames_block(step + i, 1)[0])
             assert np.array_equal(labels[i], src.labels(step + i)) and np.array_equal(boxes[i], src.boxes(step + i))
             one_c, one_p = src.layout(step + i)
             assert np.array_equal(centres[i], one_c[0]) and np.array_equal(pans[i], one_p[0])
@@ -117,6 +119,21 @@ def test_balls_blocks_equal_the_steps():
     assert np.array_equal(BallSource(SHAPE, 5, seed=2).frames_block(5, 8), src.frames_block(5, 8)[:, :5])
     with pytest.raises(ValueError, match="out must be"):
         src.frames_block(0, 2, out=np.zeros((2, 64, *SHAPE), np.float32))
+
+
+def test_frames_read_ahead_in_blocks_but_stay_random_access():
+    src, fresh = BallSource(SHAPE, 2, seed=9), BallSource(SHAPE, 2, seed=9)
+    assert src._ahead.k == 16  # two 60x60 colour streams: a 16-step look-ahead block
+    seq = [src.frames(t) for t in range(40)]  # crosses two block boundaries
+    for t in [39, 3, 16, 15, 0, 10**9 + 7]:
+        assert np.array_equal(fresh.frames_block(t, 1)[0], src.frames(t))
+        if t < 40:
+            assert np.array_equal(seq[t], src.frames(t))
+    seq[5][:] = 0  # frames are copies: changing one leaves the source's frames alone
+    assert src.frames(5).any() and np.array_equal(src.frames(5), fresh.frames(5))
+    with pytest.raises(ValueError, match="step must be >= 0"):
+        src.frames(-1)
+    assert BallSource((200, 200, 3), 40, seed=0)._ahead.k == 1  # a 4.8 MB step is drawn alone
 
 
 def test_balls_grey_is_the_colour_scene_converted():

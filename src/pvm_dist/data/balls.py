@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from pvm_dist.data.convert import box_masks, check_shape
-from pvm_dist.data.source import block_out, check_block
+from pvm_dist.data.source import Lookahead, block_out, check_block
 
 TARGET_COLOR = (0, 200, 0)  # BGR green
 DISTRACTOR_COLORS = [(0, 0, 220), (220, 40, 0), (0, 215, 235), (200, 0, 200), (245, 245, 245), (0, 120, 255),
@@ -160,16 +160,22 @@ class BallSource:
         self._r2 = np.ascontiguousarray((self.radii**2).astype(np.int32).T)  # [nb, n_seq]
         self._colour = np.tile(self.palette.transpose(1, 0, 2), self._win[0] * self._win[1])  # [nb, n_seq, sy·sx·C]
         self._device: dict[int, tuple[Any, Any, Any]] = {}  # GPU id -> its copies of textures, palette, radii
+        self._ahead = Lookahead(self.frames_block, (n_seq, h, w, c))
+        self._last_layout: tuple[tuple[int, int] | None, np.ndarray | None] = (None, None)
 
     def layout(self, step: int, k: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """The geometry of steps ``step … step+k−1``, which both renderers draw.
 
-        Returns int64 ball centres [k, n_seq, nb, 2] (x, y; ball 0 is the green target) and texture window
-        offsets [k, n_seq, 2] (x, y): float64 motion reflected at the walls, rounded to whole pixels.
+        Returns read-only int64 ball centres [k, n_seq, nb, 2] (x, y; ball 0 is the green target) and texture
+        window offsets [k, n_seq, 2] (x, y): float64 motion reflected at the walls, rounded to whole pixels.
+        The last block's geometry is kept, so drawing a block and labelling it compute it once.
         """
-        t = (step + np.arange(k)).astype(np.float64)
-        pos = np.floor(self._walls.fold(self._p0 + self._vel * t[:, None, None, None]) + 0.5)
-        pos = pos.astype(np.int64)
+        if self._last_layout[0] != (step, k):
+            t = (step + np.arange(k)).astype(np.float64)
+            pos = np.floor(self._walls.fold(self._p0 + self._vel * t[:, None, None, None]) + 0.5).astype(np.int64)
+            pos.setflags(write=False)
+            self._last_layout = ((step, k), pos)
+        pos = self._last_layout[1]
         return pos[:, :, :-1], pos[:, :, -1]
 
     def centres(self, step: int) -> np.ndarray:
@@ -218,7 +224,8 @@ class BallSource:
             windows[at_b] = win
 
     def frames(self, step: int) -> np.ndarray:
-        return self.frames_block(step, 1)[0]
+        """uint8 [n_seq, H, W, C] frames of ``step`` (drawn a few steps at a time: see :class:`Lookahead`)."""
+        return self._ahead.frames(step)
 
     def frames_block_device(self, step: int, k: int) -> Any:
         """The block of :meth:`frames_block`, bit for bit, drawn on the current GPU as a CuPy uint8 array.

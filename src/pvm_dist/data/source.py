@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -70,3 +71,34 @@ def block_out(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
         raise ValueError(f"out must be a C-contiguous uint8 array of shape {tuple(shape)}, "
                          f"got {out.dtype} {out.shape}{'' if out.flags.c_contiguous else ' (not contiguous)'}")
     return out
+
+
+LOOKAHEAD_BYTES, LOOKAHEAD_STEPS = 1 << 22, 16
+
+
+class Lookahead:
+    """Serves ``frames(step)`` from a kept block of ``k`` steps drawn at once by ``frames_block``.
+
+    Reading steps in order, as training does, then costs a block's per-step time instead of one call's fixed
+    overhead per step, which dominates for few streams. A step outside the kept block draws the block it
+    falls in (blocks start at multiples of k), so reading far-apart steps costs up to k steps each. k is as
+    many steps as fit in ``LOOKAHEAD_BYTES``, at most ``LOOKAHEAD_STEPS``; at k = 1 every call draws its step
+    alone. Frames are returned as copies, so callers may change them.
+    """
+
+    def __init__(self, frames_block: Callable[..., np.ndarray], step_shape: tuple[int, ...]) -> None:
+        self.frames_block = frames_block
+        self.k = max(1, min(LOOKAHEAD_STEPS, LOOKAHEAD_BYTES // int(np.prod(step_shape))))
+        self.start: int | None = None
+        self.block: np.ndarray | None = None
+
+    def frames(self, step: int) -> np.ndarray:
+        if self.k == 1:
+            return self.frames_block(step, 1)[0]
+        start = step - step % self.k
+        if start != self.start:
+            self.start = None  # until the block is whole again
+            self.block = self.frames_block(start, self.k, out=self.block)
+            self.start = start
+        return self.block[step - start].copy()
+

@@ -24,7 +24,7 @@ import numpy as np
 
 from pvm_dist.data.cache import CHUNK, FrameCache
 from pvm_dist.data.convert import box_masks
-from pvm_dist.data.source import block_out, check_block
+from pvm_dist.data.source import Lookahead, block_out, check_block
 
 
 class Clip:
@@ -73,6 +73,7 @@ class FileSource:
         self.n_frames = int(sum(self.lengths))
         self.file_starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         self.starts = stream_starts(self.lengths, n_seq)
+        self._ahead = Lookahead(self.frames_block, (n_seq, *image_shape))
         self.labelled = any(c.boxes is not None for c in clips)
         self._boxes = None
         if self.labelled:
@@ -116,7 +117,8 @@ class FileSource:
         return out
 
     def frames(self, step: int) -> np.ndarray:
-        return self.frames_block(step, 1)[0]
+        """uint8 [n_seq, H, W, C] frames of ``step`` (read a few steps at a time: see :class:`Lookahead`)."""
+        return self._ahead.frames(step)
 
     def boxes_block(self, step: int, k: int) -> np.ndarray | None:
         """int32 [k, n_seq, 4] boxes of steps ``step … step+k−1`` (-1 where absent), or None if unlabelled."""
