@@ -92,6 +92,29 @@ def test_train_then_resume_equals_straight_run_in_the_same_mlflow_run(env, tmp_p
     assert [x["step"] for x in lines] == [10, 20, 30, 40, 50, 60]
 
 
+def test_resume_keeps_the_checkpointed_data_and_cadence_unless_told(env, tmp_path):
+    run_dir = tmp_path / "r"
+    first = ["train", "--steps", "40", "--data", "synthetic:bar", "--metrics-every", "10", "--checkpoint-every", "20",
+             "--keep", "5", "--picture-every", "0", "--run-dir", str(run_dir), "-q", "--no-track",
+             "-O", "delay_each_layer_learning=10"]
+    assert run(env, *first).returncode == 0
+    out = run(env, "train", "--resume", str(run_dir / "checkpoints" / "step_000000040.pvmckpt"), "--steps", "80",
+              "--json")
+    assert out.returncode == 0, out.stderr
+    ck = checkpoint.load(run_dir / "checkpoints" / "step_000000080.pvmckpt")
+    assert ck.meta["data"] == "synthetic:bar" and ck.meta["metrics_every"] == 10 and ck.meta["track"] is False
+    steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(10, 90, 10))  # the checkpointed cadence, not the CLI's default of 50
+    kept = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pvmckpt"))
+    assert kept == [f"step_{s:09d}.pvmckpt" for s in (20, 40, 60, 80)]  # checkpoint_every 20, keep 5
+    out = run(env, "train", "--resume", str(run_dir / "checkpoints" / "step_000000080.pvmckpt"), "--steps", "100",
+              "--metrics-every", "20", "-q")
+    assert out.returncode == 0, out.stderr
+    steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1:] == [100] and steps[-2] == 80  # told otherwise: every 20 from there
+    assert checkpoint.load(run_dir / "checkpoints" / "step_000000100.pvmckpt").meta["metrics_every"] == 20
+
+
 def test_sigint_saves_checkpoint_closes_run_killed_and_prints_resume(env, tmp_path):
     proc = subprocess.Popen([*CLI, "train", "--steps", "1000000", "--run-dir", str(tmp_path), "-q", *FAST],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
