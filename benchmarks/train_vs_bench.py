@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 STEADY = ["-O", "delay_each_layer_learning=1"]  # what bench measures: every layer learns from step 1 on
-SECONDS = 6.0  # about this long a train run, judged from the bench's rate
 
 
 def cli(*args: str, cwd: Path | None = None) -> str:
@@ -66,6 +65,7 @@ def main() -> None:
     parser.add_argument("--spec", default="small")
     parser.add_argument("--n-seq", default="1,64,256")
     parser.add_argument("--sweep", action="store_true", help="also time a one-trial sweep (needs Ray and MLflow)")
+    parser.add_argument("--seconds", type=float, default=15.0, help="about this long each train run (from bench's rate)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -73,11 +73,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n_seq in map(int, args.n_seq.split(",")):
             host, device = bench(args.spec, n_seq, "host"), bench(args.spec, n_seq, "device")
-            steps = max(500, int(device["steps_per_s"] * SECONDS) // 50 * 50)
+            steps = max(500, int(device["steps_per_s"] * args.seconds) // 50 * 50)
             t0 = time.perf_counter()
             run = train(args.spec, n_seq, steps, Path(tmp) / f"train-{n_seq}")
             row = {"n_seq": n_seq, "steps": steps, "bench_host": host, "bench_device": device, "train": run,
-                   "train_wall_s": time.perf_counter() - t0}
+                   "train_wall_s": time.perf_counter() - t0, "device": device["device"]}
             if args.sweep:
                 row["sweep"] = sweep_trial(args.spec, n_seq, steps, Path(tmp) / f"sweep-{n_seq}")
             rows.append(row)

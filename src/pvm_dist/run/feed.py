@@ -27,11 +27,8 @@ class FrameFeed:
         self.block = max(1, min(1024, BLOCK_BYTES // frame_bytes))
         self._ring: Any = None  # the device ring [block, n_seq, D, D, C] the engine reads as its dataset
         self._ring_first = 0
+        self._last: np.ndarray | None = None  # the host path's last frames [n_seq, D, D, C]
         self.on_device = engine.device_label.startswith("cuda") and source.device_renderable
-
-    def frames(self, step: int, k: int) -> np.ndarray:
-        """Host frames [k, n_seq, D, D, C] of steps step … step + k − 1."""
-        return self.source.frames_block(step, k)
 
     def run(self, k: int) -> None:
         """Train the next ``k`` steps with no per-step host work where the engine and source allow it."""
@@ -41,10 +38,19 @@ class FrameFeed:
             if self.on_device:
                 self._fill_ring(step, n)
                 self.engine.run_dataset(n)
-            else:
-                for frames in self.frames(step, n):
+            else:  # one step reads through the source's read-ahead; more take one bulk block
+                block = self.source.frames(step)[None] if n == 1 else self.source.frames_block(step, n)
+                for frames in block:
                     self.engine.step(frames)
+                self._last = block[-1]
             step, k = step + n, k - n
+
+    def last_frame(self, seq: int) -> np.ndarray:
+        """Sequence ``seq``'s frame of the last step trained (a host copy; from the device ring on that path)."""
+        if self.on_device:
+            slot = (self.engine.step_index - 1 - self._ring_first) % self.block
+            return self._ring[slot, seq].get()
+        return self._last[seq].copy()
 
     def _fill_ring(self, step: int, n: int) -> None:
         """Draw steps step … step + n − 1 into their ring slots, (s − first) mod block."""

@@ -115,17 +115,16 @@ class Session:
     def _host_steps(self, k: int) -> None:
         """``k`` steps one at a time, with the readout and the animation between them."""
         step = self.step
-        frames = self.feed.frames(step, k)
         labels = self.source.labels_block(step, k) if self.readout is not None else None
         if self.animation is None and self._animates(step):
             self.animation = pictures.Animation(min_side=96)
         for i in range(k):
-            if self.animation is not None and len(self._pending) == 2:
-                self.animation.add(frames[i][0], self._pending[0])  # predicted two steps ago
-            self.engine.step(frames[i])
+            self.feed.run(1)
             if self.readout is not None and labels is not None:
                 self._readout_step(step + i, labels[i])
             if self.animation is not None:
+                if len(self._pending) == 2:  # the prediction made two steps ago is of this step's frame
+                    self.animation.add(self.feed.last_frame(0), self._pending[0])
                 self._pending.append(self.predicted_frame())
 
     def _readout_step(self, step: int, labels: np.ndarray) -> None:
