@@ -40,6 +40,7 @@ def train(spec: str, n_seq: int, steps: int, folder: Path) -> dict:
                          "--no-track", "--json", "--run-dir", str(folder), *STEADY))
     rates = [json.loads(line)["frames_per_s"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
     out["interval_median_frames_per_s"] = statistics.median(rates[1:] or rates)  # the first holds the warm-up
+    out["first_interval_frames_per_s"] = rates[0]
     return out
 
 
