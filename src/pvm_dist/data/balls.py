@@ -106,6 +106,7 @@ class BallSource:
 
     kind = "synthetic"
     device_renderable = True
+    period: int | None = None
 
     def __init__(self, image_shape: tuple[int, int, int], n_seq: int, seed: int, n_distractors: int = 3) -> None:
         import cv2

@@ -30,12 +30,14 @@ class FrameSource(Protocol):
       filled instead of a new array (reusing one buffer saves faulting in fresh pages for every block);
     - ``labels_block(step, k)``: float32 [k, n_seq, H, W], or None; ``boxes_block(step, k)``: int32
       [k, n_seq, 4], or None;
+    - ``period``: the number of steps after which the frames repeat (a file source's timeline), or None;
     - ``device_renderable``: True when ``frames_block_device(step, k)`` draws the same block on the GPU
       (a CuPy array), so callers choose the path without knowing the source's type.
     """
 
     name: str
     n_seq: int
+    period: int | None
     device_renderable: bool
 
     def frames(self, step: int) -> np.ndarray: ...

@@ -71,6 +71,7 @@ class FileSource:
         self.name, self.kind, self.clips, self.shape, self.n_seq, self.cache = name, kind, clips, image_shape, n_seq, cache
         self.lengths = [c.n_frames for c in clips]
         self.n_frames = int(sum(self.lengths))
+        self.period = self.n_frames  # every stream wraps around the timeline
         self.file_starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         self.starts = stream_starts(self.lengths, n_seq)
         self._ahead = Lookahead(self.frames_block, (n_seq, *image_shape))

@@ -15,6 +15,7 @@ from pvm_dist.data.source import block_out, check_block
 class _Synthetic:
     kind = "synthetic"
     device_renderable = False
+    period: int | None = None
     name: str
     shape: tuple[int, int, int]
     n_seq: int

@@ -61,6 +61,8 @@ class EngineBase:
         self.unit_momentum = np.zeros(topology.n_units, np.float32)
         self.events: list[ScheduleEvent] = []
         self.frozen = False
+        self._dataset: np.ndarray | None = None  # set_dataset's frames, for the generic run_dataset
+        self._dataset_first = 0
         arrays = topology.native_arrays()
         self._metric_count = np.bincount(arrays["y_bin"], minlength=2 * spec.n_layers).astype(np.float64)
         self._frame_entries = int(np.prod(spec.image_shape))  # the baseline's terms per sequence and step
@@ -85,7 +87,7 @@ class EngineBase:
 
     def run_dataset(self, n_steps: int) -> None:
         """Train ``n_steps`` steps on the dataset of :meth:`set_dataset`."""
-        frames = getattr(self, "_dataset", None)
+        frames = self._dataset
         if frames is None:
             raise RuntimeError("run_dataset() needs set_dataset() first")
         for _ in range(n_steps):

@@ -84,10 +84,8 @@ def run_bench(spec: Spec, n_seq: int, backend: str = "auto", device: str | None 
     warmup = max(warmup, spec.n_layers)
     rng = np.random.default_rng(seed)
     pool = rng.integers(0, 256, size=(8, n_seq, *spec.image_shape), dtype=np.uint8)
-    sync = getattr(engine, "synchronize", lambda: None)
+    sync = engine.synchronize
     if frames == "device":
-        if not hasattr(engine, "run_dataset"):
-            raise ValueError("--frames device needs the native engine")
         engine.set_dataset(pool)
         engine.run_dataset(warmup)
         sync()
@@ -102,8 +100,8 @@ def run_bench(spec: Spec, n_seq: int, backend: str = "auto", device: str | None 
             engine.step(pool[i % len(pool)])
     sync()
     seconds = time.perf_counter() - t0
-    phases = engine.profile_step(pool[0]) if hasattr(engine, "profile_step") else {}
-    label = getattr(engine, "device_label", "cpu")
+    phases = engine.profile_step(pool[0]) if engine.backend == "native" else {}
+    label = engine.device_label
     topo = engine.topo
     rate = steps / seconds
     bytes_per_step = topo.weight_bytes_per_step + n_seq * topo.activation_bytes_per_step

@@ -1,9 +1,12 @@
-"""How a source's frames reach an engine: in blocks of steps, rendered on the GPU where they can be.
+"""How a source's frames reach an engine, with as little host work per step as the source allows.
 
-A source that can draw its frames on the device (the synthetic balls) fills a ring of ``block`` steps
-held on the engine's GPU, which the engine trains on as its dataset: no frame crosses the host, and
-between two blocks the host only waits for the engine and launches the drawing. Every other source
-hands the engine each step's frames from a host block (one bulk read of the source per block).
+- A source that repeats (file data: every stream wraps around the clips' timeline) and fits in
+  ``DATASET_BYTES`` is handed to the engine once, whole, as its dataset: on a GPU it is copied there once
+  and every later step is a graph launch.
+- A source that can draw its frames on the GPU (the synthetic balls) fills a ring of ``block`` steps held
+  on the engine's GPU, which the engine trains on as its dataset; between two blocks the host only waits
+  for the engine and launches the drawing.
+- Otherwise each step's frames are handed over from the host, read in bulk blocks.
 """
 
 from __future__ import annotations
@@ -15,23 +18,33 @@ import numpy as np
 from pvm_dist.data import FrameSource
 from pvm_dist.engine.base import Engine
 
-BLOCK_BYTES = 256 << 20  # the most frame bytes one block holds
+BLOCK_BYTES = 256 << 20  # the most frame bytes one drawn block holds
+DATASET_BYTES = 1 << 30  # the most frame bytes of a repeating source held whole by the engine
 
 
 class FrameFeed:
-    """Trains an engine on a source's frames, ``block`` steps at a time at most."""
+    """Trains an engine on a source's frames (see the module docstring)."""
 
     def __init__(self, engine: Engine, source: FrameSource) -> None:
         self.engine, self.source = engine, source
         frame_bytes = engine.n_seq * int(np.prod(engine.spec.image_shape))
         self.block = max(1, min(1024, BLOCK_BYTES // frame_bytes))
+        self.on_device = engine.device_label.startswith("cuda") and source.device_renderable
+        # Only the native engine gains from holding frames (its steps then need no host work).
+        self.whole = (not self.on_device and source.period is not None and engine.backend == "native"
+                      and source.period * frame_bytes <= DATASET_BYTES)
+        self._held = False  # the whole source has been handed to the engine
         self._ring: Any = None  # the device ring [block, n_seq, D, D, C] the engine reads as its dataset
         self._ring_first = 0
-        self._last: np.ndarray | None = None  # the host path's last frames [n_seq, D, D, C]
-        self.on_device = engine.device_label.startswith("cuda") and source.device_renderable
 
     def run(self, k: int) -> None:
-        """Train the next ``k`` steps with no per-step host work where the engine and source allow it."""
+        """Train the next ``k`` steps."""
+        if self.whole:
+            if not self._held:
+                self.engine.set_dataset(self.source.frames_block(0, self.source.period), first_step=0)
+                self._held = True
+            self.engine.run_dataset(k)
+            return
         step = self.engine.step_index
         while k > 0:
             n = min(k, self.block)
@@ -39,18 +52,16 @@ class FrameFeed:
                 self._fill_ring(step, n)
                 self.engine.run_dataset(n)
             else:  # one step reads through the source's read-ahead; more take one bulk block
-                block = self.source.frames(step)[None] if n == 1 else self.source.frames_block(step, n)
-                for frames in block:
+                for frames in self.source.frames(step)[None] if n == 1 else self.source.frames_block(step, n):
                     self.engine.step(frames)
-                self._last = block[-1]
             step, k = step + n, k - n
 
     def last_frame(self, seq: int) -> np.ndarray:
-        """Sequence ``seq``'s frame of the last step trained (a host copy; from the device ring on that path)."""
+        """Sequence ``seq``'s frame of the last step trained (on the ring path, read from the GPU)."""
+        step = self.engine.step_index - 1
         if self.on_device:
-            slot = (self.engine.step_index - 1 - self._ring_first) % self.block
-            return self._ring[slot, seq].get()
-        return self._last[seq].copy()
+            return self._ring[(step - self._ring_first) % self.block, seq].get()
+        return self.source.frames(step)[seq]
 
     def _fill_ring(self, step: int, n: int) -> None:
         """Draw steps step … step + n − 1 into their ring slots, (s − first) mod block."""

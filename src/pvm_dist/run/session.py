@@ -116,9 +116,9 @@ class Session:
         """``k`` steps one at a time, with the readout and the animation between them."""
         step = self.step
         labels = self.source.labels_block(step, k) if self.readout is not None else None
-        if self.animation is None and self._animates(step):
-            self.animation = pictures.Animation(min_side=96)
         for i in range(k):
+            if self.animation is None and self._animates(step + i):
+                self.animation = pictures.Animation(min_side=96)
             self.feed.run(1)
             if self.readout is not None and labels is not None:
                 self._readout_step(step + i, labels[i])

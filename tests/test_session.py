@@ -1,0 +1,71 @@
+"""The training session: whatever path frames take to the engine (a held dataset, host blocks, one step at
+a time for the readout and the animation), the run is the one that stepping frame by frame gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_data_video import write_video
+
+from pvm_dist import build_engine, load_spec
+from pvm_dist.data import make_source
+from pvm_dist.engine.native import native_module
+from pvm_dist.run.config import RunConfig
+from pvm_dist.run.session import Session
+
+BACKENDS = ["reference"] + (["native"] if native_module() is not None else [])
+SPEC = load_spec("tiny").with_overrides({"delay_each_layer_learning": 3})
+
+
+def stepped(config: RunConfig, steps: int) -> dict:
+    """The engine state after ``steps`` steps fed one frame batch at a time (the definition of a run)."""
+    engine = build_engine(config.spec, backend=config.backend, n_seq=config.n_seq, seed=config.seed)
+    source = make_source(config.data, config.spec.image_shape, config.n_seq, config.seed)
+    for s in range(steps):
+        engine.step(source.frames(s))
+    return engine.state()
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_file_data_held_by_the_engine_trains_as_stepping(tmp_path: Path, backend: str):
+    clip = write_video(tmp_path / "clip.avi", n=23)  # a period that no chunk or block size divides
+    config = RunConfig(spec=SPEC, data=str(clip), n_seq=3, backend=backend, readout=False, animation_frames=0)
+    session = Session(config)
+    assert session.feed.whole == (backend == "native")
+    for chunk in (7, 20, 30):  # crosses the clip's wrap and the schedule's events
+        session.advance(chunk)
+    assert_same(session.engine.state(), stepped(config, 57))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chunks_readout_and_animation_do_not_change_the_run(backend: str):
+    config = RunConfig(spec=SPEC, steps=60, n_seq=2, backend=backend, readout_from=25, animation_frames=10)
+    whole, chunked = Session(config), Session(config)
+    whole.advance(60)
+    for chunk in (13, 12, 1, 34):
+        chunked.advance(chunk)
+    assert_same(whole.engine.state(), stepped(config, 60))
+    assert_same(chunked.engine.state(), whole.engine.state())
+    assert_same(chunked.readout.state(), whole.readout.state())
+    assert len(whole.animation) == len(chunked.animation) == 8  # the last 10 steps, paired two steps late
+    metrics = whole.take_metrics()
+    assert metrics["baseline_two_step_px"] > 0 and metrics["frames_per_s"] > 0
+
+
+def test_a_resumed_session_continues_the_run():
+    config = RunConfig(spec=SPEC, steps=40, n_seq=2, backend=BACKENDS[-1], readout_from=10, animation_frames=0)
+    straight, first = Session(config), Session(config)
+    straight.advance(40)
+    first.advance(17)
+    resumed = Session(config, first.state())
+    resumed.advance(23)
+    assert_same(resumed.engine.state(), straight.engine.state())
+    assert_same(resumed.readout.state(), straight.readout.state())
