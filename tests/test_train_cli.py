@@ -115,6 +115,15 @@ def test_resume_keeps_the_checkpointed_data_and_cadence_unless_told(env, tmp_pat
     assert checkpoint.load(run_dir / "checkpoints" / "step_000000100.pvmckpt").meta["metrics_every"] == 20
 
 
+def test_a_diverging_run_stops_with_one_line(env, tmp_path):
+    out = run(env, "train", "--steps", "200", "--metrics-every", "20", "--run-dir", str(tmp_path / "r"), "-q",
+              "-O", "initial_learning_rate=1e30", "-O", "momentum=0.99")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("pvm-dist: error: diverged by step 20: prediction error is NaN")
+    (mlrun,) = runs_of(env["PVM_MLFLOW_URI"])
+    assert mlrun.info.status == "FAILED"
+
+
 def test_sigint_saves_checkpoint_closes_run_killed_and_prints_resume(env, tmp_path):
     proc = subprocess.Popen([*CLI, "train", "--steps", "1000000", "--run-dir", str(tmp_path), "-q", *FAST],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -45,14 +45,15 @@ class UserError(Exception):
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from pvm_dist.io.checkpoint import CheckpointError
     from pvm_dist.data import DataError
+    from pvm_dist.io.checkpoint import CheckpointError
+    from pvm_dist.model.spec import SpecError
+    from pvm_dist.run.session import RunDiverged
     from pvm_dist.sweep.driver import SweepRunError
     from pvm_dist.sweep.plan import SweepError
-    from pvm_dist.model.spec import SpecError
 
-    return (UserError, SpecError, CheckpointError, DataError, SweepError, SweepRunError, FileNotFoundError,
-            PermissionError, IsADirectoryError)
+    return (UserError, SpecError, CheckpointError, DataError, SweepError, SweepRunError, RunDiverged,
+            FileNotFoundError, PermissionError, IsADirectoryError)
 
 
 def _print_json(obj: Any) -> None:

@@ -26,24 +26,29 @@ def evaluate_state(state: RunState, data: str, steps: int = 300, n_seq: int = 1,
     The first ``warmup`` steps (default 2·L: fresh rings start all ones and layer ℓ sees the frame ℓ
     steps late) run but are not scored.
     """
+    return _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup)[0]
+
+
+def _frozen_run(state: RunState, data: str, steps: int, n_seq: int, data_path: str | None, backend: str,
+                device: str | None, seed: int, warmup: int | None) -> tuple[dict[str, float], str]:
+    """:func:`evaluate_state`'s metrics and the backend that computed them."""
     config = state.run.replace(data=data, data_path=data_path, n_seq=n_seq, backend=backend, device=device, seed=seed)
     session = Session(config, state, learn=False)
-    warmup = 2 * config.spec.n_layers if warmup is None else warmup
-    session.advance(warmup)
+    session.advance(2 * config.spec.n_layers if warmup is None else warmup)
     session.take_metrics(), session.take_scores()  # the transient is not scored
     session.advance(steps)
-    metrics = session.take_metrics()
-    return {**{k: v for k, v in metrics.items() if k not in ("steps_per_s", "frames_per_s")}, **session.take_scores()}
+    metrics = {k: v for k, v in session.take_metrics().items() if k not in ("steps_per_s", "frames_per_s")}
+    return {**metrics, **session.take_scores()}, session.engine.backend
 
 
 def evaluate(path: Path, data: str, steps: int = 300, n_seq: int = 1, data_path: str | None = None,
              backend: str = "auto", device: str | None = None, seed: int = 1, warmup: int | None = None) -> dict[str, Any]:
     """:func:`evaluate_state` of a checkpoint file, with what the report says about it."""
     state, ck = run_state.load(path)
-    metrics = evaluate_state(state, data, steps, n_seq, data_path, backend, device, seed, warmup)
+    metrics, used = _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup)
     return {"checkpoint": str(path), "trained_steps": ck.step, "spec": state.run.spec.name, "data": data,
             "steps": steps, "warmup": 2 * state.run.spec.n_layers if warmup is None else warmup, "n_seq": n_seq,
-            "backend": backend, "metrics": metrics, "mlflow_run_id": state.run.run_id, "mlflow_uri": state.run.mlflow_uri}
+            "backend": used, "metrics": metrics, "mlflow_run_id": state.run.run_id, "mlflow_uri": state.run.mlflow_uri}
 
 
 def score_heldout(state: RunState, backend: str) -> dict[str, float]:
