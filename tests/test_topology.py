@@ -123,3 +123,16 @@ def test_exclude_self_and_feed_context_change_sizes():
     fed = build_topology(tiny.with_overrides({"feed_context_in_complex_layer": "1"}))
     assert fed.w0_total == base.w0_total
     assert fed.w1_total == int((base.outputs * (tiny.hidden + 1 + tiny.hidden * base.n_context)).sum())
+
+
+def test_roofline_of_each_regime_matches_the_algorithm_doc():
+    """pvm-algorithm.md §7: small on an H200 (4.24 TB/s copy, 66.9 TFLOP/s FP32), frames/s at the limit."""
+    topo = build_topology(load_spec("small"))
+    assert round(topo.flops_per_frame / 1e6, 1) == 77.1 and round(topo.flops_per_update / 1e6) == 53
+    want = {1: 14_135, 4: 53_720, 16: 179_130, 64: 430_210, 256: 662_280, 1024: 765_520}
+    for n_seq, frames_per_s in want.items():
+        steps_per_s, bound = topo.roofline(n_seq, 4.24e12, 66.9e12)
+        assert steps_per_s * n_seq == pytest.approx(frames_per_s, rel=0.005), n_seq
+        assert bound == "memory"  # activations grow with n as fast as the FLOPs: memory sets every limit here
+    steps_per_s, bound = topo.roofline(256, 4.24e12, 10e12)  # a chip with a sixth of the FP32 rate
+    assert bound == "compute" and steps_per_s == pytest.approx(10e12 / (256 * 77.1e6 + 52.6e6), rel=0.002)

@@ -118,7 +118,8 @@ def _print_info(sm: dict, source: str) -> None:
     con.print(f"  projections        {sm['primary_projections']:,} primary, {sm['context_projections']:,} context ({sm['context_duplicates']:,} duplicates)")
     con.print(f"  input memory       Σ(N+1) = {sm['input_memory']:,}; outputs ΣM = {sm['output_memory']:,}")
     con.print(f"  readout weights    {sm['readout_weights']:,}")
-    con.print(f"  FLOPs per step     {sm['flops_per_step'] / 1e6:,.1f} M (6·W0 + 8·W1)")
+    con.print(f"  FLOPs per step     {sm['flops_per_step'] / 1e6:,.1f} M (6·W0 + 8·W1); with n sequences: "
+              f"n × {sm['flops_per_frame'] / 1e6:,.1f} M (4·W0 + 6·W1) + {sm['flops_per_update'] / 1e6:,.1f} M (3·W)")
     con.print(
         f"  bytes per step     {sm['weight_bytes_per_step'] / 1e6:,.1f} MB weights (16·W0 + 20·W1) + "
         f"{sm['activation_bytes_per_step'] / 1e6:,.1f} MB activations"

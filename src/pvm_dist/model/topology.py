@@ -340,8 +340,25 @@ class Topology:
 
     @property
     def flops_per_step(self) -> int:
-        """Multiply-adds counted as 2; forward + W1ᵀδ + update ≈ 6·W0 + 8·W1 (§7)."""
+        """Multiply-adds counted as 2; forward + W1ᵀδ + update ≈ 6·W0 + 8·W1 (§7's table, one sequence)."""
         return 6 * self.w0_total + 8 * self.w1_total
+
+    @property
+    def flops_per_frame(self) -> int:
+        """What each sequence of a step adds with shared weights: forward, W1ᵀδ, outer products = 4·W0 + 6·W1 (§7)."""
+        return 4 * self.w0_total + 6 * self.w1_total
+
+    @property
+    def flops_per_update(self) -> int:
+        """The momentum step and the weight add, once per step whatever n_seq: 3·W."""
+        return 3 * (self.w0_total + self.w1_total)
+
+    def roofline(self, n_seq: int, bandwidth_bytes_per_s: float, flops_per_s: float | None) -> tuple[float, str]:
+        """Steps/s at the limit for ``n_seq`` sequences, and which limit it is (``memory`` or ``compute``):
+        weight traffic plus n_seq sequences' activations over the bandwidth against the FLOPs over the rate."""
+        memory = (self.weight_bytes_per_step + n_seq * self.activation_bytes_per_step) / bandwidth_bytes_per_s
+        compute = (n_seq * self.flops_per_frame + self.flops_per_update) / flops_per_s if flops_per_s else 0.0
+        return 1.0 / max(memory, compute), "compute" if compute > memory else "memory"
 
     @property
     def weight_bytes_per_step(self) -> int:
@@ -375,6 +392,8 @@ class Topology:
             "context_duplicates": self.n_context_duplicates,
             "readout_weights": self.readout_weights,
             "flops_per_step": self.flops_per_step,
+            "flops_per_frame": self.flops_per_frame,
+            "flops_per_update": self.flops_per_update,
             "weight_bytes_per_step": self.weight_bytes_per_step,
             "activation_bytes_per_step": self.activation_bytes_per_step,
             "bytes_per_step": self.weight_bytes_per_step + self.activation_bytes_per_step,

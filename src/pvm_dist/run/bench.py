@@ -105,18 +105,15 @@ def run_bench(spec: Spec, n_seq: int, backend: str = "auto", device: str | None 
     topo = engine.topo
     rate = steps / seconds
     bytes_per_step = topo.weight_bytes_per_step + n_seq * topo.activation_bytes_per_step
-    flops_per_step = n_seq * topo.flops_per_step
+    flops_per_step = n_seq * topo.flops_per_frame + topo.flops_per_update
     bandwidth = device_bandwidth(label)
-    memory_time = bytes_per_step / bandwidth
-    peak = fp32_peak(label)
-    compute_time = flops_per_step / peak if peak else 0.0
-    floor = 1.0 / max(memory_time, compute_time)
+    floor, bound = topo.roofline(n_seq, bandwidth, fp32_peak(label))
     return BenchResult(
         spec=spec.name, backend=engine.backend, device=label, n_seq=n_seq, steps=steps, seconds=seconds,
         steps_per_s=rate, frames_per_s=rate * n_seq, achieved_gb_per_s=rate * bytes_per_step / 1e9,
         achieved_gflop_per_s=rate * flops_per_step / 1e9, bandwidth_gb_per_s=bandwidth / 1e9,
         floor_steps_per_s=floor, ratio_to_floor=rate / floor,
-        bound="compute" if compute_time > memory_time else "memory", phases_ms=phases, frames=frames)
+        bound=bound, phases_ms=phases, frames=frames)
 
 
 def as_row(r: BenchResult) -> dict[str, Any]:
