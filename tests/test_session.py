@@ -69,3 +69,12 @@ def test_a_resumed_session_continues_the_run():
     resumed.advance(23)
     assert_same(resumed.engine.state(), straight.engine.state())
     assert_same(resumed.readout.state(), straight.readout.state())
+
+
+def test_the_readout_waits_for_its_step_also_on_animation_steps():
+    config = RunConfig(spec=SPEC, steps=30, backend=BACKENDS[-1], readout_from=1000, animation_frames=10)
+    session = Session(config)
+    untrained = session.readout.state()
+    session.advance(30)
+    assert len(session.animation) == 8  # the last steps went one at a time ...
+    assert_same(session.readout.state(), untrained)  # ... without training the readout before readout_from

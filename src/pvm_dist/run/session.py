@@ -88,9 +88,11 @@ class Session:
 
     def _wants_host(self, step: int) -> bool:
         """Whether ``step`` needs the host: a readout to train or score, or an animation frame."""
-        if self.readout is not None and (not self.learn or readout_trains(self.config.spec, step, self.config.readout_from)):
-            return True
-        return self.animation is not None or self._animates(step)
+        return self._wants_readout(step) or self.animation is not None or self._animates(step)
+
+    def _wants_readout(self, step: int) -> bool:
+        """Whether the readout trains (or, frozen, is scored) at ``step``."""
+        return self.readout is not None and (not self.learn or readout_trains(self.config.spec, step, self.config.readout_from))
 
     def _animates(self, step: int) -> bool:
         c = self.config
@@ -120,7 +122,7 @@ class Session:
             if self.animation is None and self._animates(step + i):
                 self.animation = pictures.Animation(min_side=96)
             self.feed.run(1)
-            if self.readout is not None and labels is not None:
+            if labels is not None and self._wants_readout(step + i):
                 self._readout_step(step + i, labels[i])
             if self.animation is not None:
                 if len(self._pending) == 2:  # the prediction made two steps ago is of this step's frame
