@@ -14,9 +14,6 @@ from typing import Any
 
 from pvm_dist.model.spec import Spec, load_spec
 
-#: Checkpoint meta keys of releases before RunConfig that name a field differently.
-_LEGACY_NAMES = {"keep": "keep_checkpoints"}
-
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
@@ -77,8 +74,7 @@ class RunConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
         """Rebuild from :meth:`to_dict` (or a checkpoint of an earlier release); unknown keys are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
-        values = {_LEGACY_NAMES.get(k, k): v for k, v in d.items()}
-        values = {k: v for k, v in values.items() if k in names and v is not None}
+        values = {k: v for k, v in d.items() if k in names and v is not None}
         values["spec"] = load_spec(d["spec"], name=d.get("spec_name") or "spec")
         return cls(**values)
 

@@ -1,5 +1,6 @@
 """The training session: the only place frames are fed to an engine and metrics, pictures, animations
-and readout updates are taken. ``train``, ``eval``, ``bench`` and the sweep worker are thin wrappers.
+and readout updates are taken. ``train``, ``eval`` and the sweep worker are thin wrappers (``bench`` times
+the bare engine on random frames instead).
 
 The engine accumulates its prediction errors and the copy-last-frame baseline itself, from the frames
 it already holds; the session reads them every metrics interval (:meth:`Session.take_metrics`).
@@ -9,6 +10,7 @@ host: the readout training or scoring on a step's hidden state, or the last step
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from typing import Any
@@ -77,18 +79,23 @@ class Session:
         t0 = time.perf_counter()
         end = self.step + n_steps
         while self.step < end:
-            host_until = self._host_steps_until(end)
-            if host_until > self.step:
-                self._host_steps(host_until - self.step)
+            host_from = self._host_from()
+            if self.step >= host_from:
+                self._host_steps(end - self.step)
             else:
-                self.feed.run(self._feed_until(end) - self.step)
+                self.feed.run(min(end, host_from) - self.step)
         self.engine.synchronize()
         self._seconds += time.perf_counter() - t0
         self._steps += n_steps
 
-    def _wants_host(self, step: int) -> bool:
-        """Whether ``step`` needs the host: a readout to train or score, or an animation frame."""
-        return self._wants_readout(step) or self.animation is not None or self._animates(step)
+    def _host_from(self) -> float:
+        """The first step that needs the host, which every later step needs too: the readout's first
+        training (or, frozen, scoring) step, or the animation's first frame; infinite if neither."""
+        c = self.config
+        starts = [c.steps - c.animation_frames] if self.learn and c.animation_frames > 0 else []
+        if self.readout is not None:
+            starts.append(c.readout_from if self.learn else 0)
+        return min(starts, default=math.inf)
 
     def _wants_readout(self, step: int) -> bool:
         """Whether the readout trains (or, frozen, is scored) at ``step``."""
@@ -97,22 +104,6 @@ class Session:
     def _animates(self, step: int) -> bool:
         c = self.config
         return self.learn and c.animation_frames > 0 and step >= c.steps - c.animation_frames
-
-    def _host_steps_until(self, end: int) -> int:
-        s = self.step
-        while s < end and self._wants_host(s):
-            s += 1
-        return s
-
-    def _feed_until(self, end: int) -> int:
-        """The first step before ``end`` that needs the host (``end`` if none)."""
-        c = self.config
-        stops = [end]
-        if self.readout is not None and self.learn and self.step < c.readout_from:
-            stops.append(c.readout_from)
-        if self.learn and c.animation_frames > 0:
-            stops.append(max(self.step + 1, c.steps - c.animation_frames))
-        return min(stops)
 
     def _host_steps(self, k: int) -> None:
         """``k`` steps one at a time, with the readout and the animation between them."""
