@@ -4,6 +4,8 @@ A sweep lives in ``<root>/<sweep_id>/``:
 
 - ``sweep.json``: the sweep file as loaded (``SweepSpec.to_dict()``) and its trial plan, written once;
 - ``journal.jsonl``: one JSON event per line, appended (and flushed to disk) by the driver, its only writer;
+  an adaptive search's trials, unknown when the sweep starts, enter it as ``trial_added`` events;
+- ``search.optuna.log``: an adaptive search's Optuna study (its journal storage);
 - ``trials/<trial_id>/checkpoint.pvmckpt``: each trial's latest checkpoint (atomic replace), and
   ``trials/<trial_id>/pictures/``.
 
@@ -74,6 +76,7 @@ class SweepState:
     experiment: str | None = None
     driver: dict[str, Any] = dataclasses.field(default_factory=dict)
     rungs: list[tuple[str, int, float]] = dataclasses.field(default_factory=list)  # (trial, milestone, value)
+    added: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # trials an adaptive search asked for
     started: float | None = None
     ended: float | None = None
 
@@ -96,6 +99,9 @@ class SweepState:
             self.failures += 1
         elif kind == "milestone":
             self.rungs.append((ev["trial"], int(ev["step"]), float(ev["value"])))
+        elif kind == "trial_added" and ev["trial"] not in self.trials:
+            self.trials[ev["trial"]] = TrialState(ev["trial"])
+            self.added.append(ev["definition"])
         if t is None:
             return
         t.updated = now
@@ -187,6 +193,10 @@ class SweepFolder:
         for ev in self.events():
             state.apply(ev)
         return state
+
+    def trials(self, state: SweepState) -> list[dict[str, Any]]:
+        """Every trial of the sweep: the planned ones, then those its search added (``state.added``)."""
+        return [*self.definition()["trials"], *state.added]
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -110,6 +110,10 @@ class ChunkPlan:
     def of(cls, sweep: SweepSpec, scheduler: TrialScheduler) -> ChunkPlan:
         return cls(sweep.steps, sweep.run.metrics_every, sweep.run.checkpoint_every, tuple(scheduler.milestones()))
 
+    def for_steps(self, steps: int) -> ChunkPlan:
+        """The plan of a trial that trains ``steps`` steps (steps may vary per trial)."""
+        return dataclasses.replace(self, steps=steps, milestones=tuple(m for m in self.milestones if m < steps))
+
     def end_after(self, step: int) -> int:
         """The end of the chunk that starts at ``step``."""
         ends = [(step // self.metrics_every + 1) * self.metrics_every,
