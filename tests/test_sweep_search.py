@@ -1,12 +1,20 @@
-"""Adaptive search (issue 14): the ``search`` block's checks, and a TPE search driven through the driver with the
-scripted executor of tests/test_sweep_driver.py (a trial's metric is its seed): trials asked for as workers free
-up, the study told every result, and a driver that dies between two of its writes resumed without asking a trial
-twice. The same search on Ray, killed with SIGKILL, is in tests/test_sweep_faults.py."""
+"""Search policies (issue 14) through the driver, without Ray: the scripted executor of tests/test_sweep_driver.py
+stands in for the Ray one.
+
+- TPE (a trial's metric is its seed): trials asked for as workers free up, the study told every result, and a
+  driver that dies between two of its writes resumed without asking a trial twice (the same search on Ray, killed
+  with SIGKILL, is in tests/test_sweep_faults.py);
+- PBT on real tiny engines (native, CPU, in this process; a member's metric is its learning rate, so the ranking
+  is known): the donor's state copied bit for bit, the explored values applied, lineage journaled and tagged, and
+  a driver dying mid-population;
+- the ``search`` block's checks."""
 
 from __future__ import annotations
 
 import json
 
+import mlflow
+import numpy as np
 import optuna
 import pytest
 from optuna.storages import JournalStorage
@@ -15,9 +23,12 @@ from optuna.trial import TrialState
 from sweep_helpers import run, sweep_file
 from test_sweep_driver import ScriptedExecutor
 
+from pvm_dist.data import make_source
+from pvm_dist.engine import build_engine
 from pvm_dist.sweep import driver as driver_module
 from pvm_dist.sweep import optuna_search
 from pvm_dist.sweep.driver import Driver, DriverOptions, resume_sweep
+from pvm_dist.sweep.executor import ChunkDone
 from pvm_dist.sweep.journal import SweepFolder
 from pvm_dist.sweep.plan import SweepError, load_sweep
 
@@ -136,7 +147,7 @@ def test_a_driver_dying_between_its_writes_resumes_without_asking_a_trial_twice(
 
 
 @pytest.mark.parametrize("search, problem", [
-    ({"type": "bayes"}, "search.type: unknown type 'bayes'; known: tpe, gp, random, grid"),
+    ({"type": "bayes"}, "search.type: unknown type 'bayes'; known: tpe, gp, random, grid, pbt"),
     ({"type": "tpe"}, "search.trials: is required for a tpe search"),
     ({"type": "tpe", "trials": 4, "budget": 3}, "search.budget: unknown key"),
     ({"type": "grid"}, "vary.seed: a grid search takes lists of values, not a distribution"),
@@ -152,7 +163,7 @@ def test_a_bad_search_block_is_one_line_and_exit_2_in_a_dry_run(tmp_path):
     res = run(tmp_path, "run", str(sweep_file(tmp_path, "bad", search={"type": "cmaes"})), "--dry-run")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == ["pvm-dist: error: " + str(tmp_path / "bad.yaml")
-                                               + ": search.type: unknown type 'cmaes'; known: tpe, gp, random, grid"]
+                                               + ": search.type: unknown type 'cmaes'; known: tpe, gp, random, grid, pbt"]
     ok = run(tmp_path, "run", str(sweep_file(tmp_path, "ok", **{k: v for k, v in tpe().items() if k != "name"})),
              "--dry-run", "--json")
     assert ok.returncode == 0, ok.stderr
@@ -167,3 +178,167 @@ def test_a_tpe_sweep_round_trips_and_checks_the_model_at_its_bounds():
     with pytest.raises(SweepError) as info:  # the model rejects a learning rate below 0 at the lower bound
         load_sweep(tpe(vary={"initial_learning_rate": {"uniform": [-1.0, 0.1]}}))
     assert "vary.initial_learning_rate" in str(info.value)
+
+
+# ---- population-based training ------------------------------------------------------------------------
+
+FACTORS = (0.8, 1.25)
+LR = (0.001, 0.1)
+
+
+def pbt(**search) -> dict:
+    return {"name": "p", "spec": "tiny", "steps": 300, "checkpoint_every": 100, "metrics_every": 50, "seed": 5,
+            "backend": "native", "device": "cpu", "overrides": {"delay_each_layer_learning": 10},
+            "vary": {"initial_learning_rate": {"loguniform": list(LR)}, "momentum": {"uniform": [0.5, 0.95]}},
+            "search": {"type": "pbt", "population": 4, "interval_steps": 100, "quantile": 0.25,
+                       "explore": {"initial_learning_rate": {"perturb": list(FACTORS)}, "momentum": "resample"},
+                       **search}}
+
+
+class EngineExecutor(ScriptedExecutor):
+    """Trains each trial's tiny engine for real; every state it hands back is kept, by (trial, step)."""
+
+    kept: dict[tuple[str, int], dict] = {}
+    starts: list[tuple[str, object, dict | None]] = []  # (trial, Trial, state it started from)
+
+    def __init__(self, sweep, chunks) -> None:
+        super().__init__(sweep, chunks)
+        self.sweep, self.engines = sweep, {}
+
+    def start_trial(self, index, trial, state) -> None:
+        super().start_trial(index, trial, state)
+        self.value[trial.trial_id] = trial.varied["initial_learning_rate"]  # smaller is better
+        config = self.sweep.trial_config(trial)
+        engine = build_engine(config.spec, backend="native", n_seq=1, seed=config.seed, device="cpu")
+        if state is not None:
+            engine.load_state(state["engine"])
+        source = make_source(config.data, config.spec.image_shape, 1, config.seed)
+        self.engines[trial.trial_id] = (engine, source)
+        EngineExecutor.starts.append((trial.trial_id, trial, state))
+
+    def feed(self, trial_id: str) -> None:
+        engine, source = self.engines[trial_id]
+        while self._queued(trial_id) < 2 and self.at[trial_id] < self.chunks.steps:
+            start = self.at[trial_id]
+            end = self.at[trial_id] = self.chunks.end_after(start)
+            engine.run(end - start, source.frames)
+            state = None
+            if self.chunks.keeps_state(end):
+                state = {"engine": engine.state(), "readout": {}, "run": {}}
+                EngineExecutor.kept[(trial_id, end)] = {k: np.copy(v) for k, v in state["engine"].items()
+                                                        if isinstance(v, np.ndarray)}
+            self.events.append(ChunkDone(trial_id, end - start, end, {"ratio_two_step": self.value[trial_id]},
+                                         state, None))
+
+
+@pytest.fixture
+def engines(monkeypatch):
+    monkeypatch.setattr(driver_module, "Executor", EngineExecutor)
+    monkeypatch.setattr(driver_module, "connect", lambda address: None)
+    monkeypatch.setattr(EngineExecutor, "kept", {})
+    monkeypatch.setattr(EngineExecutor, "starts", [])
+    return EngineExecutor
+
+
+def new_population(tmp_path, mlflow_uri) -> Driver:
+    sweep = load_sweep(pbt())
+    trials = sweep.plan()
+    folder = SweepFolder.create(tmp_path, "s", sweep.to_dict(), [t.to_dict() for t in trials])
+    return Driver(folder, sweep, trials, options(tmp_path, mlflow_uri), folder.state())
+
+
+def check_exploits(folder: SweepFolder) -> list[dict]:
+    """Every exploit: the member restarted from the donor's state bit for bit, with the donor's values explored."""
+    events = folder.events()
+    exploits = [e for e in events if e["event"] == "exploit"]
+    values = {t["trial_id"]: t["varied"] for t in folder.definition()["trials"]}
+    for ev in exploits:
+        donor_values = values[ev["donor"]]
+        lr, donor_lr = ev["values"]["initial_learning_rate"], donor_values["initial_learning_rate"]
+        assert lr in {float(f"{min(max(donor_lr * f, LR[0]), LR[1]):.6g}") for f in FACTORS}
+        assert 0.5 <= ev["values"]["momentum"] <= 0.95
+        values[ev["trial"]] = ev["values"]
+        restart = next(s for s in EngineExecutor.starts if s[0] == ev["trial"] and s[2] is not None
+                       and s[2]["engine"]["step"] == ev["step"] and s[1].varied == ev["values"])
+        _, trial, state = restart
+        assert trial.overrides["initial_learning_rate"] == lr  # it continues with the explored values
+        donor_arrays = EngineExecutor.kept[(ev["donor"], ev["step"])]
+        assert donor_arrays.keys() <= state["engine"].keys()
+        for key, array in donor_arrays.items():
+            assert array.dtype == state["engine"][key].dtype
+            assert array.tobytes() == np.asarray(state["engine"][key]).tobytes(), key  # bit for bit
+    return exploits
+
+
+def test_the_worst_member_copies_the_best_bit_for_bit_with_explored_values(tmp_path, mlflow_uri, engines):
+    d = new_population(tmp_path, mlflow_uri)
+    out = d.run()
+    assert out.status == "FINISHED" and {t["status"] for t in out.trials} == {"FINISHED"}
+    assert {t["step"] for t in out.trials} == {300}
+    exploits = check_exploits(d.folder)
+    assert exploits and all(e["at_step"] in (100, 200) for e in exploits)
+    first = exploits[0]
+    plan = {t.trial_id: t.varied["initial_learning_rate"] for t in d.sweep.plan()}
+    assert first["donor"] == min(plan, key=plan.get)  # the best of those ranked then
+    # Lineage: tags on the member's own MLflow run, the whole history in the parent run.
+    client = mlflow.MlflowClient(tracking_uri=mlflow_uri)
+    run = client.get_run(d.state.trials[first["trial"]].run_id)
+    assert run.data.tags["pbt_exploits"] == str(sum(e["trial"] == first["trial"] for e in exploits))
+    assert '"donor": "%s"' % first["donor"] in run.data.tags["pbt_lineage"]
+    parent = client.list_artifacts(d.state.parent_run_id)
+    assert "pbt_lineage.json" in {a.path for a in parent}
+
+
+def test_a_driver_dying_right_after_an_exploit_resumes_the_population(tmp_path, mlflow_uri, engines):
+    d = new_population(tmp_path, mlflow_uri)
+    append = d.folder.append
+
+    def dying_append(event: str, **fields):
+        record = append(event, **fields)
+        if event == "exploit":
+            raise Died  # journaled, the copy not yet in place
+        return record
+
+    d.folder.append = dying_append
+    with pytest.raises(Died):
+        d.run()
+    died = SweepFolder(tmp_path, "s").events()
+    exploit = next(e for e in died if e["event"] == "exploit")
+    assert (d.folder.trial_dir(exploit["trial"]) / "exploit.pvmckpt").exists()
+
+    out = resume_sweep("s", options(tmp_path, mlflow_uri))
+    assert out.status == "FINISHED" and {t["status"] for t in out.trials} == {"FINISHED"}
+    assert not (d.folder.trial_dir(exploit["trial"]) / "exploit.pvmckpt").exists()
+    check_exploits(d.folder)  # the exploit journaled before the death was carried out from the donor's copy
+    events = SweepFolder(tmp_path, "s").events()
+    ended_before = {e["trial"] for e in died if e["event"] == "trial_ended"}
+    for e in events:  # no member started again from scratch
+        if e["event"] == "trial_started" and e["time"] > died[-1]["time"]:
+            assert e["step"] > 0 and e["trial"] not in ended_before
+    row = {t["trial_id"]: t for t in out.trials}[exploit["trial"]]
+    assert row["varied"] == [e for e in events if e["event"] == "exploit" and e["trial"] == exploit["trial"]][-1]["values"]
+
+
+@pytest.mark.parametrize("search, problem", [
+    ({"population": 1}, "search.population: must be an integer of at least 2"),
+    ({"quantile": 0.0}, "search.quantile: must be a fraction in (0, 0.5]"),
+    ({"quantile": 0.75}, "search.quantile: must be a fraction in (0, 0.5]"),
+    ({"explore": {"final_learning_rate": "resample"}}, "search.explore.final_learning_rate: is not varied"),
+    ({"explore": {"momentum": {"perturb": [0]}}}, "search.explore.momentum: must be resample or {perturb"),
+    ({"interval_steps": 150}, "search.interval_steps: must be a multiple of checkpoint_every (100)"),
+    ({"trials": 3}, "search.trials: a pbt search has a population"),
+])
+def test_bad_pbt_blocks_get_one_problem_each(search, problem):
+    with pytest.raises(SweepError) as info:
+        load_sweep(pbt(**search))
+    assert len(info.value.problems) == 1 and info.value.problems[0].startswith(problem), info.value.problems
+
+
+def test_pbt_checks_what_cannot_be_copied():
+    raw = pbt()
+    raw["vary"]["n_seq"] = {"choice": [1, 2]}
+    with pytest.raises(SweepError, match="vary.n_seq: pbt members copy each other's state"):
+        load_sweep(raw)
+    raw = pbt(explore={"layer_shapes": "resample"})
+    with pytest.raises(SweepError, match="search.explore.layer_shapes: is not varied"):
+        load_sweep(raw)

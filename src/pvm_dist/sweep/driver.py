@@ -10,6 +10,8 @@
 - it keeps each trial's latest checkpoint in the sweep folder (the state comes back from the worker
   through Ray's object store) and logs it, its metrics and pictures to the trial's nested MLflow run;
   the driver is the only MLflow writer, and its trackers write one at a time (one SQLite writer);
+- PBT (:mod:`pvm_dist.sweep.pbt`): a member the policy tells to exploit continues from a copy of its
+  donor's checkpoint with the explored values (journaled first, lineage tagged on its MLflow run);
 - a lost worker's trial goes back to the queue, to continue from its last checkpoint on a replacement
   worker; a failing trial (it diverged) fails with its reason; every failure counts against the
   sweep's failure budget, which, once spent, stops the sweep;
@@ -20,6 +22,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import socket
@@ -48,7 +51,8 @@ from pvm_dist.sweep.journal import (
     new_sweep_id,
 )
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
-from pvm_dist.sweep.scheduler import Action, ChunkPlan, make_scheduler
+from pvm_dist.sweep.pbt import PopulationBasedTraining
+from pvm_dist.sweep.scheduler import Action, ChunkPlan, Decision, make_scheduler
 from pvm_dist.sweep.source import make_source
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
@@ -116,7 +120,13 @@ class Driver:
         self.queue: deque[str] = deque(t for t in self.trials if state.trials[t].status not in FINAL_STATUSES)
         for t in self.queue:  # RUNNING in the journal = unfinished when the driver died
             state.trials[t].status, state.trials[t].step = PENDING, state.trials[t].checkpoint_step
-        self.scheduler = make_scheduler(sweep, state.rungs)
+        if sweep.search is not None and sweep.search.type == "pbt":
+            self._finish_exploits()
+            self.scheduler = PopulationBasedTraining(
+                sweep, {t: tr.varied for t, tr in self.trials.items()}, state.rungs,
+                lambda t: self.state.trials[t].status not in FINAL_STATUSES, len(state.exploits))
+        else:
+            self.scheduler = make_scheduler(sweep, state.rungs)
         self.source = make_source(sweep, folder.path, self.trials, state)
         self.executor = Executor(sweep, ChunkPlan.of(sweep, self.scheduler))
         self.session_failures = 0
@@ -273,8 +283,56 @@ class Driver:
             self.source.report(trial_id, step, decision.recorded)
         if decision.action is Action.STOP:
             self._end_trial(trial_id, STOPPED, decision.reason)
+        elif decision.action is Action.EXPLOIT:
+            self._exploit(trial_id, step, decision)
         elif not self._stopping():
             self.executor.feed(trial_id)
+
+    def _exploit(self, trial_id: str, step: int, decision: Decision) -> None:
+        """PBT: stage a copy of the donor's checkpoint (its arrays as they are, this member's new run configuration),
+        journal the exploit, put the copy in place of the member's checkpoint, and queue the member to continue."""
+        assert decision.donor is not None and decision.values is not None
+        live, ts = self.live.pop(trial_id), self.state.trials[trial_id]
+        trial = self.sweep.make_trial(trial_id, live.trial.spec, decision.values)
+        donor, _ = run_state.load(self.folder.checkpoint_file(decision.donor))
+        config = self.sweep.trial_config(trial).replace(track=True, mlflow_uri=self.mlflow_uri,
+                                                        experiment=self.experiment, run_id=ts.run_id)
+        staged = self._staged_exploit(trial_id)
+        run_state.save(staged, RunState(donor.engine, donor.readout, config),
+                       {"sweep_id": self.folder.sweep_id, "trial_id": trial_id, "donor": decision.donor})
+        self.state.apply(self.folder.append("exploit", trial=trial_id, donor=decision.donor, step=donor.step,
+                                            at_step=step, values=trial.varied, definition=trial.to_dict(),
+                                            reason=decision.reason))
+        os.replace(staged, self.folder.checkpoint_file(trial_id))
+        self.trials[trial_id] = trial
+        lineage = [{k: e[k] for k in ("at_step", "donor", "step", "values")} for e in self.state.exploits
+                   if e["trial"] == trial_id]
+        live.tracker.set_tags({"pbt_exploits": len(lineage), "pbt_donor": decision.donor, "pbt_values": trial.varied,
+                               "pbt_lineage": json.dumps(lineage)})
+        live.tracker.close("KILLED")  # reopened (same run) when it continues from the copy
+        self.executor.release(trial_id)
+        if not self._stopping():
+            self.queue.appendleft(trial_id)
+
+    def _staged_exploit(self, trial_id: str) -> Path:
+        return self.folder.trial_dir(trial_id) / "exploit.pvmckpt"
+
+    def _finish_exploits(self) -> None:
+        """A driver that died between journaling an exploit and putting the copy in place: finish the move; a copy
+        it never journaled is dropped."""
+        for trial_id in self.trials:
+            staged = self._staged_exploit(trial_id)
+            if not staged.exists():
+                continue
+            journaled = [e for e in self.state.exploits if e["trial"] == trial_id]
+            try:
+                current = checkpoint.load(staged).step == self.state.trials[trial_id].checkpoint_step
+            except (checkpoint.CheckpointError, OSError):
+                current = False
+            if journaled and current:
+                os.replace(staged, self.folder.checkpoint_file(trial_id))
+            else:
+                staged.unlink()
 
     def _on_final(self, ev: FinalState) -> None:
         """The state asked for at a stop: keep it as the checkpoint, close the run KILLED, trial pending."""
@@ -375,6 +433,8 @@ class Driver:
         best = self.best()
         self.folder.append("sweep_ended", status=status, reason=reason, best=best and best["trial_id"])
         st.status, st.reason = status, reason
+        if self.state.exploits:
+            self.parent.log_dict(self.state.exploits, "pbt_lineage.json")
         if best is not None:
             self.parent.log_metrics({f"best_{self.sweep.metric}": best["metric"]}, step=self.sweep.steps)
             self.parent.set_tags({"best_trial": best["trial_id"], "best_run_id": best.get("run_id") or ""})

@@ -41,10 +41,14 @@ TOP_KEYS = ("name", "description", "spec", "vary", "samples", "seed", "overrides
             "frames", "resources", "max_failures", "max_concurrent", "early_stopping", "search")
 _RESOURCE_KEYS = ("gpus_per_actor", "cpus_per_actor", "cpu_workers")
 _EARLY_STOPPING_KEYS = ("type", "grace_steps", "reduction_factor")
-#: Search types: adaptive ones ask Optuna for each trial as a worker frees up; the others plan every trial up front.
+#: Search types: adaptive ones ask Optuna for each trial as a worker frees up; the others plan every trial up front
+#: (pbt: its population, whose members then copy each other's checkpoints).
 ADAPTIVE_SEARCHES = ("tpe", "gp")
-SEARCH_TYPES = (*ADAPTIVE_SEARCHES, "random", "grid")
-_SEARCH_KEYS = ("type", "trials", "startup_trials")
+SEARCH_TYPES = (*ADAPTIVE_SEARCHES, "random", "grid", "pbt")
+_SEARCH_KEYS = ("type", "trials", "startup_trials", "population", "interval_steps", "quantile", "explore")
+#: Spec keys a PBT member may change mid-run: they set the learning schedule, not the model's shape.
+EXPLORABLE = ("initial_learning_rate", "intermediate_learning_rate", "final_learning_rate", "momentum",
+              "delay_each_layer_learning", "delay_intermediate_learning_rate", "delay_final_learning_rate")
 _SIGNIFICANT_DIGITS = 6
 
 
@@ -116,13 +120,30 @@ class EarlyStopping:
 
 
 @dataclasses.dataclass(frozen=True)
+class Explore:
+    """How PBT changes one copied value: times one of ``factors`` (``perturb``), or drawn again (``resample``)."""
+
+    kind: str
+    factors: tuple[float, ...] = ()
+
+    def to_raw(self) -> Any:
+        return {"perturb": list(self.factors)} if self.kind == "perturb" else "resample"
+
+
+@dataclasses.dataclass(frozen=True)
 class Search:
     """How trials are chosen: ``tpe``/``gp`` ask Optuna for each one as a worker frees up (``trials`` in all,
-    the first ``startup_trials`` sampled at random); ``random``/``grid`` are the deterministic plan."""
+    the first ``startup_trials`` sampled at random); ``random``/``grid`` are the deterministic plan; ``pbt``
+    plans ``population`` members that every ``interval_steps`` copy a top ``quantile`` member when they are in
+    the bottom one, and change its ``explore`` values."""
 
     type: str
     trials: int | None = None
     startup_trials: int = 10
+    population: int | None = None
+    interval_steps: int | None = None
+    quantile: float = 0.25
+    explore: dict[str, Explore] = dataclasses.field(default_factory=dict)
 
     @property
     def adaptive(self) -> bool:
@@ -246,7 +267,7 @@ class SweepSpec:
             "max_failures": self.max_failures, "max_concurrent": self.max_concurrent,
             "early_stopping": None if es is None else {"type": "asha", "grace_steps": es.grace_steps,
                                                        "reduction_factor": es.reduction_factor},
-            **({"search": dataclasses.asdict(self.search)} if self.search is not None else {}),
+            **({"search": _search_raw(self.search)} if self.search is not None else {}),
         }
 
     def better(self, a: float, b: float) -> bool:
@@ -375,7 +396,9 @@ def _parse(raw: Any, label: str, default_name: str, base_dir: Path | None) -> Sw
     vary = _vary(c, raw.get("vary"))
     search = _search(c, raw, vary, specs)
     samples = c.integer("samples", raw.get("samples", 1), 1)
-    if search is not None and search.type == "random" and search.trials is not None:
+    if search is not None and search.type == "pbt" and search.population is not None:
+        samples = search.population
+    elif search is not None and search.type == "random" and search.trials is not None:
         if "samples" in raw and samples != search.trials:
             c.add("samples", f"{samples} differs from search.trials ({search.trials}); give one of them")
         samples = search.trials
@@ -401,6 +424,12 @@ def _parse(raw: Any, label: str, default_name: str, base_dir: Path | None) -> Sw
     max_failures = c.integer("max_failures", raw.get("max_failures", 3), 0)
     max_concurrent = c.optional_integer("max_concurrent", raw.get("max_concurrent"), 1)
     early_stopping = _early_stopping(c, raw.get("early_stopping"), shortest, checkpoint_every)
+    if search is not None and search.interval_steps is not None and steps is not None and checkpoint_every:
+        if search.interval_steps >= steps:
+            c.add("search.interval_steps", f"{search.interval_steps} is not less than steps ({steps})")
+        elif search.interval_steps % checkpoint_every:
+            c.add("search.interval_steps", f"must be a multiple of checkpoint_every ({checkpoint_every}): "
+                                           "members copy each other's checkpoints")
     if early_stopping is not None and step_counts and len(set(step_counts)) > 1:
         c.add("early_stopping", "ASHA compares trials at equal steps; it cannot stop trials whose steps differ "
                                 "(varied steps, or a frames budget over varied n_seq)")
@@ -621,8 +650,14 @@ def _search(c: _Checker, top: Mapping[str, Any], vary: Mapping[str, Distribution
     if kind not in SEARCH_TYPES:
         c.add("search.type", f"unknown type {kind!r}; known: {', '.join(SEARCH_TYPES)}{_did_you_mean(str(kind), SEARCH_TYPES)}")
         return None
+    if kind != "pbt":
+        for key in ("population", "interval_steps", "quantile", "explore"):
+            if key in raw:
+                c.add(f"search.{key}", f"belongs to a pbt search, not {kind}")
     trials = c.optional_integer("search.trials", raw.get("trials"), 1)
     startup = c.integer("search.startup_trials", raw.get("startup_trials", 10), 1)
+    if kind == "pbt":
+        return _pbt(c, raw, top, vary, specs)
     if kind in ADAPTIVE_SEARCHES:
         if not vary:
             c.add("search", f"a {kind} search needs parameters to vary")
@@ -737,6 +772,78 @@ def _probe_trials(sweep: SweepSpec) -> list[Trial]:
     first = {k: d.values[0] for k, d in sweep.vary.items()}
     return [sweep.make_trial(f"{k}={v}", sweep.specs[0], {**first, k: v})
             for k, d in sweep.vary.items() for v in d.values]
+
+
+def _pbt(c: _Checker, raw: Mapping[str, Any], top: Mapping[str, Any], vary: Mapping[str, Distribution],
+         specs: tuple[str, ...]) -> Search:
+    """``search: {type: pbt, population, interval_steps, quantile, explore}``; the intervals are checked against
+    the steps in :func:`_pbt_intervals`."""
+    for key in ("trials", "startup_trials"):
+        if key in raw:
+            c.add(f"search.{key}", "a pbt search has a population, not trials")
+    population = raw.get("population")
+    if isinstance(population, bool) or not isinstance(population, int) or population < 2:
+        c.add("search.population", f"must be an integer of at least 2 (members copy each other), got {population!r}")
+        population = None
+    interval = c.integer("search.interval_steps", raw.get("interval_steps"), 1) if "interval_steps" in raw else None
+    if "interval_steps" not in raw:
+        c.add("search.interval_steps", "is required (how many steps between two exploit decisions)")
+    quantile = raw.get("quantile", 0.25)
+    if not _is_number(quantile) or not 0 < quantile <= 0.5:
+        c.add("search.quantile", f"must be a fraction in (0, 0.5] (the bottom that copies the top), got {quantile!r}")
+        quantile = 0.25
+    if len(specs) > 1:
+        c.add("search.type", "a pbt population trains one spec; a model-zoo sweep takes search type random or grid")
+    for key in (*VARIED_RUN_KEYS, SEED_PARAM):
+        if key in vary:
+            c.add(f"vary.{key}", "pbt members copy each other's state: they share their seed, n_seq, data and steps")
+    if top.get("frames") is not None:
+        c.add("frames", "pbt members share their steps; give steps")
+    if top.get("early_stopping") is not None:
+        c.add("early_stopping", "a pbt population replaces its worst members instead of stopping them")
+    if top.get("samples", 1) not in (1, population):
+        c.add("samples", "a pbt search counts its members in search.population, not samples")
+    for param, dist in vary.items():
+        if not dist.is_random:
+            c.add(f"vary.{param}", "pbt draws its members' first values: use a distribution (choice for a list)")
+    return Search(type="pbt", population=population, interval_steps=interval, quantile=float(quantile),
+                  explore=_explore(c, raw.get("explore"), vary))
+
+
+def _explore(c: _Checker, raw: Any, vary: Mapping[str, Distribution]) -> dict[str, Explore]:
+    """``explore: {param: {perturb: [0.8, 1.2]} | resample}``, over varied schedule keys only."""
+    if not isinstance(raw, Mapping) or not raw:
+        c.add("search.explore", f"must name the varied values to explore, such as {{momentum: {{perturb: [0.8, 1.2]}}}}, "
+                                f"got {raw!r}")
+        return {}
+    out: dict[str, Explore] = {}
+    for param, how in raw.items():
+        key = f"search.explore.{param}"
+        if param not in vary:
+            c.add(key, f"is not varied; explore changes values that vary draws ({', '.join(vary) or 'none'})")
+        elif param not in EXPLORABLE:
+            c.add(key, f"cannot change mid-run; pbt explores {', '.join(EXPLORABLE)}")
+        elif how == "resample":
+            out[param] = Explore("resample")
+        elif (isinstance(how, Mapping) and list(how) == ["perturb"] and isinstance(how["perturb"], list)
+              and how["perturb"] and all(_is_number(f) and f > 0 for f in how["perturb"])):
+            if vary[param].kind == "choice":
+                c.add(key, "a choice is resampled, not perturbed")
+            else:
+                out[param] = Explore("perturb", tuple(float(f) for f in how["perturb"]))
+        else:
+            c.add(key, f"must be resample or {{perturb: [factors > 0]}}, got {how!r}")
+    return out
+
+
+def _search_raw(search: Search) -> dict[str, Any]:
+    """The sweep-file form of a search block."""
+    if search.type == "pbt":
+        return {"type": "pbt", "population": search.population, "interval_steps": search.interval_steps,
+                "quantile": search.quantile, "explore": {k: e.to_raw() for k, e in search.explore.items()}}
+    if search.adaptive:
+        return {"type": search.type, "trials": search.trials, "startup_trials": search.startup_trials}
+    return {"type": search.type, "trials": search.trials}
 
 
 def _trial_problems(sweep: SweepSpec, bases: Mapping[str, Spec]) -> list[str]:

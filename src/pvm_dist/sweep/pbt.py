@@ -1,0 +1,84 @@
+"""Population-based training: the policy that decides when a member copies another (Jaderberg et al. 2017).
+
+``search: {type: pbt, population, interval_steps, quantile, explore}``: the sweep plans ``population``
+members with values drawn from ``vary``. Every ``interval_steps`` steps each member reports the sweep
+metric; a member in the bottom ``quantile`` of the latest values copies a member of the top quantile
+(its checkpoint: weights, momentum, rings, readout and step, so the learning-rate schedule goes on
+where the donor was) and continues with the donor's values, the ``explore`` ones changed (times a
+perturb factor, clipped to the range ``vary`` gives, or drawn again). Asynchronous, as in Ray Tune: a
+member compares itself with the latest values of the others when it reaches an interval.
+
+Like ASHA this is a :class:`~pvm_dist.sweep.scheduler.TrialScheduler` (no Ray, no I/O): it answers
+``EXPLOIT`` with the donor and the new values, and the driver copies the checkpoint and journals an
+``exploit`` event. Its state comes back from the journal on a resume (the recorded interval values,
+each member's values, the count of exploits, which seeds its random choices).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from pvm_dist.sweep.plan import _SIGNIFICANT_DIGITS, SweepSpec
+from pvm_dist.sweep.scheduler import CONTINUE, Action, Decision, TrialScheduler
+
+
+class PopulationBasedTraining(TrialScheduler):
+    """See the module docstring. ``members``: each member's current varied values; ``recorded``: the journal's
+    interval values (trial, step, value) in order; ``can_donate``: whether a member may be copied now (it has not
+    ended); ``exploits``: how many exploits the journal holds."""
+
+    def __init__(self, sweep: SweepSpec, members: Mapping[str, Mapping[str, Any]],
+                 recorded: Iterable[tuple[str, int, float]], can_donate: Callable[[str], bool], exploits: int = 0) -> None:
+        assert sweep.search is not None and sweep.search.interval_steps is not None
+        self.sweep, self.search = sweep, sweep.search
+        self.values = {t: dict(v) for t, v in members.items()}
+        self.last: dict[str, float] = {}
+        for trial_id, _step, value in recorded:
+            self.last[trial_id] = value
+        self.can_donate, self.exploits = can_donate, exploits
+
+    def milestones(self) -> list[int]:
+        every = self.search.interval_steps
+        return list(range(every, self.sweep.steps, every))
+
+    def on_result(self, trial_id: str, step: int, metrics: Mapping[str, float]) -> Decision:
+        value = metrics.get(self.sweep.metric)
+        if value is None or step % self.search.interval_steps or step >= self.sweep.steps:
+            return CONTINUE
+        self.last[trial_id] = value
+        ranked = sorted(self.last, key=lambda t: self._rank_key(self.last[t]))  # best first
+        k = max(1, int(self.search.quantile * len(ranked)))
+        donors = [t for t in ranked[:k] if t != trial_id and self.can_donate(t)]
+        if len(ranked) < 2 or trial_id not in ranked[-k:] or not donors:
+            return Decision(Action.CONTINUE, recorded=value)
+        rng = np.random.default_rng([self.sweep.seed, self.exploits, step])
+        donor = donors[int(rng.integers(len(donors)))]
+        values = self.explore(self.values[donor], rng)
+        self.values[trial_id] = values
+        self.exploits += 1
+        return Decision(Action.EXPLOIT, recorded=value, donor=donor, values=values,
+                        reason=f"step {step:,}: {self.sweep.metric} = {value:.4g} in the bottom {self.search.quantile:g} "
+                               f"of {len(ranked)}; copies {donor} ({self.sweep.metric} = {self.last[donor]:.4g})")
+
+    def explore(self, values: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        """The donor's values with each ``explore`` key perturbed (clipped to its range) or drawn again."""
+        out = dict(values)
+        for key, how in self.search.explore.items():
+            dist = self.sweep.vary[key]
+            if how.kind == "resample":
+                out[key] = dist.draw(rng)
+                continue
+            x = out[key] * how.factors[int(rng.integers(len(how.factors)))]
+            lo, hi = dist.values
+            x = min(max(x, lo), hi)
+            out[key] = int(round(x)) if dist.kind == "randint" else float(f"{x:.{_SIGNIFICANT_DIGITS}g}")
+        return out
+
+    def _rank_key(self, value: float) -> float:
+        if math.isnan(value):
+            return math.inf
+        return value if self.sweep.mode == "min" else -value
