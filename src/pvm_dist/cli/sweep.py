@@ -80,6 +80,10 @@ def print_plan(sweep: Any, as_json: bool) -> None:
               f"data {'varied' if 'data' in sweep.vary else sweep.run.data}; backend {sweep.run.backend}; failure budget {sweep.max_failures}"
               + (f"; ASHA at steps {', '.join(f'{m:,}' for m in es.milestones(sweep.steps))} (keep 1/{es.reduction_factor})"
                  if es else ""))
+    if sweep.search is not None and sweep.search.type == "pbt":
+        explore = ", ".join(f"{k} {e.to_raw()}" for k, e in sweep.search.explore.items())
+        con.print(f"PBT every {sweep.search.interval_steps:,} steps: the bottom {sweep.search.quantile:g} continue from "
+                  f"a copy of a top {sweep.search.quantile:g} member, exploring {explore}")
     if not sweep.adaptive:
         con.print(f"{frames:,} frames in all")
 

@@ -2,11 +2,15 @@
 
 ``search: {type: pbt, population, interval_steps, quantile, explore}``: the sweep plans ``population``
 members with values drawn from ``vary``. Every ``interval_steps`` steps each member reports the sweep
-metric; a member in the bottom ``quantile`` of the latest values copies a member of the top quantile
-(its checkpoint: weights, momentum, rings, readout and step, so the learning-rate schedule goes on
-where the donor was) and continues with the donor's values, the ``explore`` ones changed (times a
-perturb factor, clipped to the range ``vary`` gives, or drawn again). Asynchronous, as in Ray Tune: a
-member compares itself with the latest values of the others when it reaches an interval.
+metric; a member in the bottom ``quantile`` of the values reported at that step copies a member of the
+top quantile there (its checkpoint: weights, momentum, rings, readout and step, so the learning-rate
+schedule goes on where the donor was) and continues with the donor's values, the ``explore`` ones
+changed (times a perturb factor, clipped to the range ``vary`` gives, or drawn again).
+
+Asynchronous, as in Ray Tune, but compared step for step: a member that reaches an interval first is
+ranked among those that reached it before (a metric that improves with training cannot compare
+members at different steps), and a donor, having reached the same step, always has a checkpoint at
+least as far on. A member that has ended still ranks, but is not copied.
 
 Like ASHA this is a :class:`~pvm_dist.sweep.scheduler.TrialScheduler` (no Ray, no I/O): it answers
 ``EXPLOIT`` with the donor and the new values, and the driver copies the checkpoint and journals an
@@ -36,9 +40,9 @@ class PopulationBasedTraining(TrialScheduler):
         assert sweep.search is not None and sweep.search.interval_steps is not None
         self.sweep, self.search = sweep, sweep.search
         self.values = {t: dict(v) for t, v in members.items()}
-        self.last: dict[str, float] = {}
-        for trial_id, _step, value in recorded:
-            self.last[trial_id] = value
+        self.rungs: dict[int, dict[str, float]] = {}  # interval step -> member -> value there
+        for trial_id, step, value in recorded:
+            self.rungs.setdefault(step, {})[trial_id] = value
         self.can_donate, self.exploits = can_donate, exploits
 
     def milestones(self) -> list[int]:
@@ -49,8 +53,9 @@ class PopulationBasedTraining(TrialScheduler):
         value = metrics.get(self.sweep.metric)
         if value is None or step % self.search.interval_steps or step >= self.sweep.steps:
             return CONTINUE
-        self.last[trial_id] = value
-        ranked = sorted(self.last, key=lambda t: self._rank_key(self.last[t]))  # best first
+        rung = self.rungs.setdefault(step, {})
+        rung[trial_id] = value
+        ranked = sorted(rung, key=lambda t: self._rank_key(rung[t]))  # best first
         k = max(1, int(self.search.quantile * len(ranked)))
         donors = [t for t in ranked[:k] if t != trial_id and self.can_donate(t)]
         if len(ranked) < 2 or trial_id not in ranked[-k:] or not donors:
@@ -62,7 +67,7 @@ class PopulationBasedTraining(TrialScheduler):
         self.exploits += 1
         return Decision(Action.EXPLOIT, recorded=value, donor=donor, values=values,
                         reason=f"step {step:,}: {self.sweep.metric} = {value:.4g} in the bottom {self.search.quantile:g} "
-                               f"of {len(ranked)}; copies {donor} ({self.sweep.metric} = {self.last[donor]:.4g})")
+                               f"of {len(ranked)} there; copies {donor} ({rung[donor]:.4g})")
 
     def explore(self, values: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         """The donor's values with each ``explore`` key perturbed (clipped to its range) or drawn again."""
