@@ -5,8 +5,8 @@ stands in for the Ray one.
   driver that dies between two of its writes resumed without asking a trial twice (the same search on Ray, killed
   with SIGKILL, is in tests/test_sweep_faults.py);
 - PBT on real tiny engines (native, CPU, in this process; a member's metric is its learning rate, so the ranking
-  is known): the donor's state copied bit for bit, the explored values applied, lineage journaled and tagged, and
-  a driver dying mid-population;
+  is known): the donor's state copied bit for bit (but the per-unit rates, which the member's own schedule sets
+  at that step), the explored values applied, lineage journaled and tagged, and a driver dying mid-population;
 - the ``search`` block's checks."""
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from pvm_dist.engine import build_engine
 from pvm_dist.sweep import driver as driver_module
 from pvm_dist.sweep import optuna_search
 from pvm_dist.sweep.driver import Driver, DriverOptions, resume_sweep
+from pvm_dist.model.spec import load_spec
 from pvm_dist.sweep.executor import ChunkDone
+from pvm_dist.sweep.pbt import schedule_rates
 from pvm_dist.sweep.journal import SweepFolder
 from pvm_dist.sweep.plan import SweepError, load_sweep
 
@@ -183,6 +185,7 @@ def test_a_tpe_sweep_round_trips_and_checks_the_model_at_its_bounds():
 # ---- population-based training ------------------------------------------------------------------------
 
 FACTORS = (0.8, 1.25)
+RATES = ("unit_learning_rate", "unit_momentum")
 LR = (0.001, 0.1)
 
 
@@ -199,11 +202,12 @@ class EngineExecutor(ScriptedExecutor):
     """Trains each trial's tiny engine for real; every state it hands back is kept, by (trial, step)."""
 
     kept: dict[tuple[str, int], dict] = {}
+    trial_of: dict[tuple[str, int], object] = {}  # the Trial (its values) that trained each kept state
     starts: list[tuple[str, object, dict | None]] = []  # (trial, Trial, state it started from)
 
     def __init__(self, sweep, chunks) -> None:
         super().__init__(sweep, chunks)
-        self.sweep, self.engines = sweep, {}
+        self.sweep, self.engines, self.trials = sweep, {}, {}
 
     def start_trial(self, index, trial, state) -> None:
         super().start_trial(index, trial, state)
@@ -214,6 +218,7 @@ class EngineExecutor(ScriptedExecutor):
             engine.load_state(state["engine"])
         source = make_source(config.data, config.spec.image_shape, 1, config.seed)
         self.engines[trial.trial_id] = (engine, source)
+        self.trials[trial.trial_id] = trial
         EngineExecutor.starts.append((trial.trial_id, trial, state))
 
     def feed(self, trial_id: str) -> None:
@@ -227,6 +232,7 @@ class EngineExecutor(ScriptedExecutor):
                 state = {"engine": engine.state(), "readout": {}, "run": {}}
                 EngineExecutor.kept[(trial_id, end)] = {k: np.copy(v) for k, v in state["engine"].items()
                                                         if isinstance(v, np.ndarray)}
+                EngineExecutor.trial_of[(trial_id, end)] = self.trials[trial_id]
             self.events.append(ChunkDone(trial_id, end - start, end, {"ratio_two_step": self.value[trial_id]},
                                          state, None))
 
@@ -236,6 +242,7 @@ def engines(monkeypatch):
     monkeypatch.setattr(driver_module, "Executor", EngineExecutor)
     monkeypatch.setattr(driver_module, "connect", lambda address: None)
     monkeypatch.setattr(EngineExecutor, "kept", {})
+    monkeypatch.setattr(EngineExecutor, "trial_of", {})
     monkeypatch.setattr(EngineExecutor, "starts", [])
     return EngineExecutor
 
@@ -270,8 +277,19 @@ def check_exploits(folder: SweepFolder) -> list[dict]:
         donor_arrays = EngineExecutor.kept[(ev["donor"], ev["step"])]
         assert donor_arrays.keys() <= state["engine"].keys()
         for key, array in donor_arrays.items():
+            if key in RATES:
+                continue
             assert array.dtype == state["engine"][key].dtype
             assert array.tobytes() == np.asarray(state["engine"][key]).tobytes(), key  # bit for bit
+        # The rates are those the schedule gives at the donor's step: the donor's own values replayed give back the
+        # donor's arrays, the member's explored values give the member's.
+        donor_spec = load_spec("tiny").with_overrides(EngineExecutor.trial_of[(ev["donor"], ev["step"])].overrides)
+        for key, array in zip(RATES, schedule_rates(donor_spec, ev["step"])):
+            assert array.tobytes() == donor_arrays[key].tobytes()
+        member_spec = load_spec("tiny").with_overrides(trial.overrides)
+        for key, array in zip(RATES, schedule_rates(member_spec, ev["step"])):
+            assert array.tobytes() == np.asarray(state["engine"][key]).tobytes()
+        assert np.float32(lr) in state["engine"]["unit_learning_rate"]
     return exploits
 
 

@@ -186,7 +186,7 @@ def _with_live_table(start: Any, opts: Any, show: bool) -> Any:
         def update(driver: Any) -> None:
             trials = [t.to_dict() for t in driver.trials.values()]
             live.update(progress.table(driver.state, trials, driver.sweep.steps, driver.sweep.metric,
-                                       f"{driver.folder.sweep_id} · {driver.experiment}"))
+                                       f"{driver.folder.sweep_id} · {driver.experiment}", driver.source.remaining()))
 
         opts.on_update = update
         outcome = start()

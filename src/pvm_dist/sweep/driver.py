@@ -51,7 +51,7 @@ from pvm_dist.sweep.journal import (
     new_sweep_id,
 )
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
-from pvm_dist.sweep.pbt import PopulationBasedTraining
+from pvm_dist.sweep.pbt import PopulationBasedTraining, continue_schedule
 from pvm_dist.sweep.scheduler import Action, ChunkPlan, Decision, make_scheduler
 from pvm_dist.sweep.source import make_source
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
@@ -289,7 +289,8 @@ class Driver:
             self.executor.feed(trial_id)
 
     def _exploit(self, trial_id: str, step: int, decision: Decision) -> None:
-        """PBT: stage a copy of the donor's checkpoint (its arrays as they are, this member's new run configuration),
+        """PBT: stage a copy of the donor's checkpoint (its arrays as they are but the rates the member's schedule sets,
+        and this member's new run configuration),
         journal the exploit, put the copy in place of the member's checkpoint, and queue the member to continue."""
         assert decision.donor is not None and decision.values is not None
         live, ts = self.live.pop(trial_id), self.state.trials[trial_id]
@@ -298,7 +299,7 @@ class Driver:
         config = self.sweep.trial_config(trial).replace(track=True, mlflow_uri=self.mlflow_uri,
                                                         experiment=self.experiment, run_id=ts.run_id)
         staged = self._staged_exploit(trial_id)
-        run_state.save(staged, RunState(donor.engine, donor.readout, config),
+        run_state.save(staged, RunState(continue_schedule(donor.engine, config.spec), donor.readout, config),
                        {"sweep_id": self.folder.sweep_id, "trial_id": trial_id, "donor": decision.donor})
         self.state.apply(self.folder.append("exploit", trial=trial_id, donor=decision.donor, step=donor.step,
                                             at_step=step, values=trial.varied, definition=trial.to_dict(),

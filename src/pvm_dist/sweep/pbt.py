@@ -12,6 +12,11 @@ ranked among those that reached it before (a metric that improves with training 
 members at different steps), and a donor, having reached the same step, always has a checkpoint at
 least as far on. A member that has ended still ranks, but is not copied.
 
+The copy keeps every array of the donor's state as it is but the per-unit learning rates and momenta:
+those the schedule set from the donor's values, so the member's are set again by replaying its own
+schedule (its explored values) up to the donor's step (:func:`continue_schedule`); without that, new
+values would only take effect at the schedule's next event.
+
 Like ASHA this is a :class:`~pvm_dist.sweep.scheduler.TrialScheduler` (no Ray, no I/O): it answers
 ``EXPLOIT`` with the donor and the new values, and the driver copies the checkpoint and journals an
 ``exploit`` event. Its state comes back from the journal on a resume (the recorded interval values,
@@ -26,6 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from pvm_dist.model.schedule import apply_events, event_steps, events_at
+from pvm_dist.model.spec import Spec
+from pvm_dist.model.topology import build_topology
 from pvm_dist.sweep.plan import _SIGNIFICANT_DIGITS, SweepSpec
 from pvm_dist.sweep.scheduler import CONTINUE, Action, Decision, TrialScheduler
 
@@ -87,3 +95,23 @@ class PopulationBasedTraining(TrialScheduler):
         if math.isnan(value):
             return math.inf
         return value if self.sweep.mode == "min" else -value
+
+
+def schedule_rates(spec: Spec, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """The per-unit learning rates and momenta an engine of ``spec`` holds after ``step`` steps: every schedule
+    event before ``step`` replayed in order (an event of step s fires as step s starts)."""
+    layer = build_topology(spec).layer
+    lr = np.zeros(layer.shape[0], np.float32)
+    momentum = np.zeros(layer.shape[0], np.float32)
+    for at in event_steps(spec):
+        if at >= step:
+            break
+        apply_events(events_at(spec, at), layer, lr, momentum)
+    return lr, momentum
+
+
+def continue_schedule(engine_state: Mapping[str, Any], spec: Spec) -> dict[str, Any]:
+    """The donor's engine state for a member of ``spec``: the same arrays, the rates its own schedule gives there."""
+    out = dict(engine_state)
+    out["unit_learning_rate"], out["unit_momentum"] = schedule_rates(spec, int(engine_state["step"]))
+    return out

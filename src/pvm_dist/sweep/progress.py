@@ -51,8 +51,9 @@ def summary(state: SweepState, trials: list[dict[str, Any]], steps: int, metric:
             "driver": state.driver, "trials": rows(state, trials, steps)}
 
 
-def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str, title: str) -> Any:
-    """A rich Table of the trials, with the overall ETA in its caption."""
+def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str, title: str, to_ask: int = 0) -> Any:
+    """A rich Table of the trials, with the overall ETA in its caption; ``to_ask``: trials an adaptive search has
+    still to ask for (not in ``trials`` yet)."""
     from rich.table import Table
 
     varied_keys: list[str] = []
@@ -69,7 +70,7 @@ def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: s
                     f"{r['step']:,}/{r['steps']:,}", _fmt(r["frames_per_s"], ",.0f"), _fmt(r["metric"], ".4g"),
                     _duration(r["eta_s"]), r["where"])
     done = sum(1 for t in state.trials.values() if t.status in FINAL_STATUSES)
-    tab.caption = (f"{done}/{len(trials)} trials done · failures {state.failures} · "
+    tab.caption = (f"{done}/{len(trials) + to_ask} trials done · failures {state.failures} · "
                    f"overall ETA {_duration(overall_eta(state, trials, steps))}")
     return tab
 
