@@ -37,6 +37,7 @@ from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
+from pvm_dist.sweep import pbt
 from pvm_dist.sweep.executor import (ChunkDone, EngineUnavailable, Event, Executor, FinalState, SweepRunError, TrialError,
                                      TrialStarted, WorkerLost, connect)
 from pvm_dist.sweep.journal import (
@@ -51,7 +52,6 @@ from pvm_dist.sweep.journal import (
     new_sweep_id,
 )
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
-from pvm_dist.sweep.pbt import PopulationBasedTraining, continue_schedule
 from pvm_dist.sweep.scheduler import Action, ChunkPlan, Decision, make_scheduler
 from pvm_dist.sweep.source import make_source
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
@@ -121,8 +121,8 @@ class Driver:
         for t in self.queue:  # RUNNING in the journal = unfinished when the driver died
             state.trials[t].status, state.trials[t].step = PENDING, state.trials[t].checkpoint_step
         if sweep.search is not None and sweep.search.type == "pbt":
-            self._finish_exploits()
-            self.scheduler = PopulationBasedTraining(
+            pbt.finish_copies(folder, state)
+            self.scheduler = pbt.PopulationBasedTraining(
                 sweep, {t: tr.varied for t, tr in self.trials.items()}, state.rungs,
                 lambda t: self.state.trials[t].status not in FINAL_STATUSES, len(state.exploits))
         else:
@@ -289,22 +289,18 @@ class Driver:
             self.executor.feed(trial_id)
 
     def _exploit(self, trial_id: str, step: int, decision: Decision) -> None:
-        """PBT: stage a copy of the donor's checkpoint (its arrays as they are but the rates the member's schedule sets,
-        and this member's new run configuration),
-        journal the exploit, put the copy in place of the member's checkpoint, and queue the member to continue."""
+        """PBT: the member's copy of the donor's checkpoint is staged, the exploit journaled, the copy put in place
+        of the member's checkpoint, and the member queued to continue from it with its new values."""
         assert decision.donor is not None and decision.values is not None
         live, ts = self.live.pop(trial_id), self.state.trials[trial_id]
         trial = self.sweep.make_trial(trial_id, live.trial.spec, decision.values)
-        donor, _ = run_state.load(self.folder.checkpoint_file(decision.donor))
         config = self.sweep.trial_config(trial).replace(track=True, mlflow_uri=self.mlflow_uri,
                                                         experiment=self.experiment, run_id=ts.run_id)
-        staged = self._staged_exploit(trial_id)
-        run_state.save(staged, RunState(continue_schedule(donor.engine, config.spec), donor.readout, config),
-                       {"sweep_id": self.folder.sweep_id, "trial_id": trial_id, "donor": decision.donor})
-        self.state.apply(self.folder.append("exploit", trial=trial_id, donor=decision.donor, step=donor.step,
+        donor_step = pbt.stage_copy(self.folder, trial_id, decision.donor, config)
+        self.state.apply(self.folder.append("exploit", trial=trial_id, donor=decision.donor, step=donor_step,
                                             at_step=step, values=trial.varied, definition=trial.to_dict(),
                                             reason=decision.reason))
-        os.replace(staged, self.folder.checkpoint_file(trial_id))
+        pbt.put_copy_in_place(self.folder, trial_id)
         self.trials[trial_id] = trial
         lineage = [{k: e[k] for k in ("at_step", "donor", "step", "values")} for e in self.state.exploits
                    if e["trial"] == trial_id]
@@ -314,26 +310,6 @@ class Driver:
         self.executor.release(trial_id)
         if not self._stopping():
             self.queue.appendleft(trial_id)
-
-    def _staged_exploit(self, trial_id: str) -> Path:
-        return self.folder.trial_dir(trial_id) / "exploit.pvmckpt"
-
-    def _finish_exploits(self) -> None:
-        """A driver that died between journaling an exploit and putting the copy in place: finish the move; a copy
-        it never journaled is dropped."""
-        for trial_id in self.trials:
-            staged = self._staged_exploit(trial_id)
-            if not staged.exists():
-                continue
-            journaled = [e for e in self.state.exploits if e["trial"] == trial_id]
-            try:
-                current = checkpoint.load(staged).step == self.state.trials[trial_id].checkpoint_step
-            except (checkpoint.CheckpointError, OSError):
-                current = False
-            if journaled and current:
-                os.replace(staged, self.folder.checkpoint_file(trial_id))
-            else:
-                staged.unlink()
 
     def _on_final(self, ev: FinalState) -> None:
         """The state asked for at a stop: keep it as the checkpoint, close the run KILLED, trial pending."""

@@ -17,23 +17,32 @@ those the schedule set from the donor's values, so the member's are set again by
 schedule (its explored values) up to the donor's step (:func:`continue_schedule`); without that, new
 values would only take effect at the schedule's next event.
 
-Like ASHA this is a :class:`~pvm_dist.sweep.scheduler.TrialScheduler` (no Ray, no I/O): it answers
-``EXPLOIT`` with the donor and the new values, and the driver copies the checkpoint and journals an
-``exploit`` event. Its state comes back from the journal on a resume (the recorded interval values,
-each member's values, the count of exploits, which seeds its random choices).
+Like ASHA the policy is a :class:`~pvm_dist.sweep.scheduler.TrialScheduler` (no Ray, no I/O): it
+answers ``EXPLOIT`` with the donor and the new values. The driver then stages the member's copy of the
+donor's checkpoint (:func:`stage_copy`), journals an ``exploit`` event and puts the copy in place
+(:func:`put_copy_in_place`); a driver that died in between is squared by :func:`finish_copies` on
+resume. The policy's state comes back from the journal (the recorded interval values, each member's
+values, the count of exploits, which seeds its random choices).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pvm_dist.io import checkpoint
 from pvm_dist.model.schedule import apply_events, event_steps, events_at
 from pvm_dist.model.spec import Spec
 from pvm_dist.model.topology import build_topology
+from pvm_dist.run import state as run_state
+from pvm_dist.run.config import RunConfig
+from pvm_dist.run.state import RunState
+from pvm_dist.sweep.journal import SweepFolder, SweepState
 from pvm_dist.sweep.plan import _SIGNIFICANT_DIGITS, SweepSpec
 from pvm_dist.sweep.scheduler import CONTINUE, Action, Decision, TrialScheduler
 
@@ -115,3 +124,41 @@ def continue_schedule(engine_state: Mapping[str, Any], spec: Spec) -> dict[str, 
     out = dict(engine_state)
     out["unit_learning_rate"], out["unit_momentum"] = schedule_rates(spec, int(engine_state["step"]))
     return out
+
+
+def staged_file(folder: SweepFolder, trial_id: str) -> Path:
+    """Where a member's copy of its donor's checkpoint waits between the exploit's journal event and its use."""
+    return folder.trial_dir(trial_id) / "exploit.pvmckpt"
+
+
+def stage_copy(folder: SweepFolder, trial_id: str, donor_id: str, config: RunConfig) -> int:
+    """Write the member's copy of the donor's latest checkpoint, with the member's run configuration and the rates
+    its schedule sets (:func:`continue_schedule`); return the donor's step, where the member goes on."""
+    donor, _ = run_state.load(folder.checkpoint_file(donor_id))
+    run_state.save(staged_file(folder, trial_id),
+                   RunState(continue_schedule(donor.engine, config.spec), donor.readout, config),
+                   {"sweep_id": folder.sweep_id, "trial_id": trial_id, "donor": donor_id})
+    return donor.step
+
+
+def put_copy_in_place(folder: SweepFolder, trial_id: str) -> None:
+    """The staged copy becomes the member's checkpoint (after the exploit was journaled)."""
+    os.replace(staged_file(folder, trial_id), folder.checkpoint_file(trial_id))
+
+
+def finish_copies(folder: SweepFolder, state: SweepState) -> None:
+    """A driver that died between journaling an exploit and putting the copy in place: finish the move; a copy the
+    journal never got is dropped."""
+    for trial_id, ts in state.trials.items():
+        staged = staged_file(folder, trial_id)
+        if not staged.exists():
+            continue
+        journaled = any(e["trial"] == trial_id for e in state.exploits)
+        try:
+            current = checkpoint.load(staged).step == ts.checkpoint_step
+        except (checkpoint.CheckpointError, OSError):
+            current = False
+        if journaled and current:
+            put_copy_in_place(folder, trial_id)
+        else:
+            staged.unlink()
