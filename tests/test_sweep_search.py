@@ -11,6 +11,7 @@ stands in for the Ray one.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import mlflow
@@ -159,6 +160,14 @@ def test_bad_search_blocks_get_one_problem_each(search, problem):
     with pytest.raises(SweepError) as info:
         load_sweep(tpe(search=search))
     assert len(info.value.problems) == 1 and info.value.problems[0].startswith(problem)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed here")
+def test_gp_without_pytorch_says_so_before_anything_runs():
+    with pytest.raises(SweepError) as info:
+        load_sweep(tpe(search={"type": "gp", "trials": 4}))
+    assert info.value.problems == ["search.type: a gp search needs PyTorch on the driver's machine (pip install torch); "
+                                   "tpe needs nothing more"]
 
 
 def test_a_bad_search_block_is_one_line_and_exit_2_in_a_dry_run(tmp_path):
