@@ -5,6 +5,7 @@ and MLflow store."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -225,3 +226,67 @@ def test_ctrl_c_checkpoints_running_trials_and_resume_finishes_in_the_same_runs(
     assert {t: r.info.run_id for t, r in runs.items()} == ids  # same runs, none added
     assert {r.info.status for r in runs.values()} == {"FINISHED"}
     assert time.monotonic() - t0 < 200
+
+
+# ---- issue 14: an adaptive search and per-trial axes on the same cluster ---------------------------------
+
+#: Short trials with nothing at the end but their checkpoint (no animation, no held-out score).
+BRIEF = {"checkpoint_every": 100, "metrics_every": 50, "animation_frames": 0, "heldout_steps": 0}
+
+def test_tpe_sweep_killed_driver_resumes_asking_no_trial_twice(cluster, tmp_path):
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    f = sweep_file(tmp_path, "tpe", steps=200, **BRIEF, vary={"initial_learning_rate": {"loguniform": [0.0005, 0.05]},
+                                                     "momentum": {"uniform": [0.5, 0.95]}},
+                   search={"type": "tpe", "trials": 4, "startup_trials": 2}, max_concurrent=2)
+    proc = start(tmp_path, "run", str(f), "--address", cluster.address, "--json")
+    folder = sweep_dir(tmp_path)
+    wait_for(folder, lambda e: e["event"] == "trial_ended", proc=proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = events(folder)
+    res = run(tmp_path, "resume", folder.name, "--address", cluster.address, "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    evs = events(folder)
+    added = {e["trial"]: e["definition"]["varied"] for e in of(evs, "trial_added")}
+    assert len(of(evs, "trial_added")) == len(added) == 4  # each asked for once, 4 in all
+    assert sorted(e["trial"] for e in of(evs, "trial_ended")) == sorted(added)
+    assert {e["status"] for e in of(evs, "trial_ended")} == {"FINISHED"}
+    for e in of(before, "trial_ended"):  # what ended before the kill was not trained again
+        assert len(of(evs, "trial_started", e["trial"])) == 1
+    open_, most = set(), 0
+    for e in evs:
+        open_ |= {e["trial"]} if e["event"] == "trial_added" else set()
+        open_ -= {e["trial"]} if e["event"] == "trial_ended" else set()
+        most = max(most, len(open_))
+    assert most <= 2  # max_concurrent
+    study = optuna.load_study(study_name="search",
+                              storage=JournalStorage(JournalFileBackend(str(folder / "search.optuna.log"))))
+    done = {f"t{t.number:03d}": t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    assert {k: t.params for k, t in done.items()} == added  # the study knows every trial with what it trained
+    assert all(t.state == optuna.trial.TrialState.FAIL for t in study.trials if f"t{t.number:03d}" not in done)
+    assert sorted(trial_runs(mlflow_runs(tmp_path, "tpe"))) == sorted(added)  # one MLflow run per trial
+
+
+def test_sweep_over_n_seq_and_data_with_a_frames_budget(cluster, tmp_path):
+    from pvm_dist.run import state as run_state
+
+    f = sweep_file(tmp_path, "axes", steps=None, frames=400, **{**BRIEF, "checkpoint_every": 50}, vary={"n_seq": [1, 4], "data": ["synthetic:balls",
+                                                                                             "synthetic:bar"]})
+    plan = run(tmp_path, "run", str(f), "--dry-run", "--json")
+    assert plan.returncode == 0, plan.stderr
+    rows = json.loads(plan.stdout)["trials"]
+    assert [(r["varied"]["n_seq"], r["varied"]["data"], r["steps"]) for r in rows] == [
+        (1, "synthetic:balls", 400), (1, "synthetic:bar", 400), (4, "synthetic:balls", 100), (4, "synthetic:bar", 100)]
+    res = run(tmp_path, "run", str(f), "--address", cluster.address, "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    folder = sweep_dir(tmp_path)
+    assert {e["status"] for e in of(events(folder), "trial_ended")} == {"FINISHED"}
+    for r in rows:
+        state = run_state.load(folder / "trials" / r["trial_id"] / "checkpoint.pvmckpt")[0]
+        assert (state.run.n_seq, state.run.data) == (r["varied"]["n_seq"], r["varied"]["data"])
+        assert state.step * state.run.n_seq == 400  # every trial saw the same frames
+    logged = {t: (r.data.params["n_seq"], r.data.params["steps"]) for t, r in trial_runs(mlflow_runs(tmp_path, "axes")).items()}
+    assert logged == {r["trial_id"]: (str(r["varied"]["n_seq"]), str(r["steps"])) for r in rows}

@@ -34,37 +34,65 @@ def plan_rows(sweep: Any) -> list[dict[str, Any]]:
     for t in sweep.plan():
         if t.spec not in weights:
             weights[t.spec] = build_topology(load_spec(t.spec)).n_weights
+        config = sweep.trial_config(t)
         out.append({"trial_id": t.trial_id, "spec": t.spec, "varied": t.varied, "seed": t.seed,
+                    "steps": config.steps, "n_seq": config.n_seq, "frames": config.steps * config.n_seq,
                     "weights": weights[t.spec]})
     return out
 
 
 def print_plan(sweep: Any, as_json: bool) -> None:
     rows = plan_rows(sweep)
-    frames = len(rows) * sweep.steps * sweep.run.n_seq
+    search = sweep.search and {"type": sweep.search.type, "trials": sweep.search.trials,
+                               "space": {k: d.to_raw() for k, d in sweep.vary.items()}}
+    frames = sum(r["frames"] for r in rows)
     if as_json:
         _echo_json({"sweep": sweep.name, "source": sweep.source, "trials": rows, "steps_per_trial": sweep.steps,
-                    "n_seq": sweep.run.n_seq, "total_frames": frames, "metric": sweep.metric, "mode": sweep.mode,
+                    "n_seq": sweep.run.n_seq, "frames_budget": sweep.frames, "total_frames": frames,
+                    "metric": sweep.metric, "mode": sweep.mode, "search": search,
                     "early_stopping": sweep.early_stopping and sweep.early_stopping.milestones(sweep.steps)})
         return
     from rich.console import Console
     from rich.table import Table
 
-    keys = list(dict.fromkeys(k for r in rows for k in r["varied"]))
-    tab = Table(title=f"{sweep.name}: {len(rows)} trials × {sweep.steps:,} steps × n_seq {sweep.run.n_seq}", show_edge=False)
-    for col in ["trial", "spec", *keys, "seed", "weights"]:
-        tab.add_column(col, justify="left" if col in ("trial", "spec") else "right")
-    for r in rows:
-        tab.add_row(r["trial_id"], r["spec"], *[str(r["varied"].get(k, "")) for k in keys], str(r["seed"]),
-                    f"{r['weights']:,}")
     con = Console()
-    con.print(tab)
+    if sweep.adaptive:
+        tab = Table(title=f"{sweep.name}: {sweep.search.type} search, {sweep.search.trials} trials asked for as "
+                          f"workers free up ({sweep.search.startup_trials} at random first)", show_edge=False)
+        for col in ("parameter", "distribution"):
+            tab.add_column(col)
+        for k, d in sweep.vary.items():
+            tab.add_row(k, str(d.to_raw()))
+        con.print(tab)
+    else:
+        keys = list(dict.fromkeys(k for r in rows for k in r["varied"]))
+        shown = [k for k in ("steps", "n_seq") if k not in keys and len({r[k] for r in rows}) > 1]
+        n_seq = "" if "n_seq" in sweep.vary else f" × n_seq {sweep.run.n_seq}"
+        tab = Table(title=f"{sweep.name}: {len(rows)} trials × {_steps_title(sweep)}{n_seq}", show_edge=False)
+        for col in ["trial", "spec", *keys, *shown, "seed", "weights"]:
+            tab.add_column(col, justify="left" if col in ("trial", "spec") else "right")
+        for r in rows:
+            tab.add_row(r["trial_id"], r["spec"], *[str(r["varied"].get(k, "")) for k in keys],
+                        *[f"{r[k]:,}" for k in shown], str(r["seed"]), f"{r['weights']:,}")
+        con.print(tab)
     es = sweep.early_stopping
     con.print(f"metric {sweep.metric} ({sweep.mode}); checkpoints every {sweep.run.checkpoint_every:,} steps; "
-              f"data {sweep.run.data}; backend {sweep.run.backend}; failure budget {sweep.max_failures}"
+              f"data {'varied' if 'data' in sweep.vary else sweep.run.data}; backend {sweep.run.backend}; failure budget {sweep.max_failures}"
               + (f"; ASHA at steps {', '.join(f'{m:,}' for m in es.milestones(sweep.steps))} (keep 1/{es.reduction_factor})"
                  if es else ""))
-    con.print(f"{frames:,} frames in all")
+    if sweep.search is not None and sweep.search.type == "pbt":
+        explore = ", ".join(f"{k} {e.to_raw()}" for k, e in sweep.search.explore.items())
+        con.print(f"PBT every {sweep.search.interval_steps:,} steps: the bottom {sweep.search.quantile:g} continue from "
+                  f"a copy of a top {sweep.search.quantile:g} member, exploring {explore}")
+    if not sweep.adaptive:
+        con.print(f"{frames:,} frames in all")
+
+
+def _steps_title(sweep: Any) -> str:
+    """How long each trial trains, for the plan's title."""
+    if sweep.frames is not None:
+        return f"{sweep.frames:,} frames (steps = frames / n_seq)"
+    return "varied steps" if "steps" in sweep.vary else f"{sweep.steps:,} steps"
 
 
 @sweep_app.command("run")
@@ -134,7 +162,7 @@ def status(
     definition = folder.definition()
     sweep = load_sweep(definition["sweep"])
     state = folder.state()
-    trials = definition["trials"]
+    trials = folder.trials(state)
     if as_json:
         _echo_json({"sweep_id": sweep_id, **progress.summary(state, trials, sweep.steps, sweep.metric, sweep.mode)})
         return
@@ -158,7 +186,7 @@ def _with_live_table(start: Any, opts: Any, show: bool) -> Any:
         def update(driver: Any) -> None:
             trials = [t.to_dict() for t in driver.trials.values()]
             live.update(progress.table(driver.state, trials, driver.sweep.steps, driver.sweep.metric,
-                                       f"{driver.folder.sweep_id} · {driver.experiment}"))
+                                       f"{driver.folder.sweep_id} · {driver.experiment}", driver.source.remaining()))
 
         opts.on_update = update
         outcome = start()

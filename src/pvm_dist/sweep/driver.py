@@ -2,13 +2,16 @@
 
 - :mod:`pvm_dist.sweep.executor` runs trials on Ray worker actors (one per GPU, or CPU workers) and
   reports typed events; :mod:`pvm_dist.sweep.scheduler` decides, result by result, whether a trial
-  goes on (FIFO, or ASHA early stopping) and where chunks must end. The driver's loop gives free
-  workers the next pending trial and acts on each event;
+  goes on (FIFO, or ASHA early stopping) and where chunks must end; :mod:`pvm_dist.sweep.source` gives
+  new trials (an adaptive search asks Optuna as workers free up). The driver's loop gives free workers
+  the next pending trial, else a new one from the trial source, and acts on each event;
 - it writes every event to the sweep journal (:mod:`pvm_dist.sweep.journal`) before acting on it, so a
   killed driver loses nothing that ``pvm-dist sweep resume`` cannot continue;
 - it keeps each trial's latest checkpoint in the sweep folder (the state comes back from the worker
   through Ray's object store) and logs it, its metrics and pictures to the trial's nested MLflow run;
   the driver is the only MLflow writer, and its trackers write one at a time (one SQLite writer);
+- PBT (:mod:`pvm_dist.sweep.pbt`): a member the policy tells to exploit continues from a copy of its
+  donor's checkpoint with the explored values (journaled first, lineage tagged on its MLflow run);
 - a lost worker's trial goes back to the queue, to continue from its last checkpoint on a replacement
   worker; a failing trial (it diverged) fails with its reason; every failure counts against the
   sweep's failure budget, which, once spent, stops the sweep;
@@ -19,6 +22,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import socket
@@ -33,6 +37,7 @@ from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
+from pvm_dist.sweep import pbt
 from pvm_dist.sweep.executor import (ChunkDone, EngineUnavailable, Event, Executor, FinalState, SweepRunError, TrialError,
                                      TrialStarted, WorkerLost, connect)
 from pvm_dist.sweep.journal import (
@@ -47,7 +52,8 @@ from pvm_dist.sweep.journal import (
     new_sweep_id,
 )
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
-from pvm_dist.sweep.scheduler import Action, ChunkPlan, make_scheduler
+from pvm_dist.sweep.scheduler import Action, ChunkPlan, Decision, make_scheduler
+from pvm_dist.sweep.source import make_source
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
@@ -114,7 +120,14 @@ class Driver:
         self.queue: deque[str] = deque(t for t in self.trials if state.trials[t].status not in FINAL_STATUSES)
         for t in self.queue:  # RUNNING in the journal = unfinished when the driver died
             state.trials[t].status, state.trials[t].step = PENDING, state.trials[t].checkpoint_step
-        self.scheduler = make_scheduler(sweep, state.rungs)
+        if sweep.search is not None and sweep.search.type == "pbt":
+            pbt.finish_copies(folder, state)
+            self.scheduler = pbt.PopulationBasedTraining(
+                sweep, {t: tr.varied for t, tr in self.trials.items()}, state.rungs,
+                lambda t: self.state.trials[t].status not in FINAL_STATUSES, len(state.exploits))
+        else:
+            self.scheduler = make_scheduler(sweep, state.rungs)
+        self.source = make_source(sweep, folder.path, self.trials, state)
         self.executor = Executor(sweep, ChunkPlan.of(sweep, self.scheduler))
         self.session_failures = 0
         self.stop_reason: str | None = None
@@ -134,7 +147,7 @@ class Driver:
         with stop_on_signals() as should_stop:
             try:
                 cap = self.opts.max_concurrent or self.sweep.max_concurrent
-                wanted = max(len(self.queue), 1)
+                wanted = max(len(self.queue) + self.source.remaining(), 1)
                 self.executor.start_workers(min(cap, wanted) if cap else wanted)
                 while True:
                     self.interrupted = self.interrupted or should_stop()
@@ -156,7 +169,7 @@ class Driver:
     def _busy(self) -> bool:
         if self._stopping():
             return self.executor.has_trials()  # drain: wait for the running trials' final states
-        return bool(self.queue) or self.executor.has_trials()
+        return bool(self.queue) or self.executor.has_trials() or self.source.remaining() > 0
 
     def _assign(self) -> None:
         """Give idle workers the next pending trials; on a stop, ask running trials for their state instead."""
@@ -167,13 +180,23 @@ class Driver:
                     self.executor.request_state(live.trial.trial_id)
             return
         for index in self.executor.idle_workers():
-            if not self.queue:
+            if not self.queue and not self._add_trial():
                 return
             self._start_trial(self.queue.popleft(), index)
 
+    def _add_trial(self) -> bool:
+        """Ask the trial source for a new trial; journal it (before it starts) and queue it."""
+        trial = self.source.ask()
+        if trial is None:
+            return False
+        self.trials[trial.trial_id] = trial
+        self.state.apply(self.folder.append("trial_added", trial=trial.trial_id, definition=trial.to_dict()))
+        self.queue.append(trial.trial_id)
+        return True
+
     def _check_stalled(self) -> None:
         """Pending trials that no worker can take for too long (every node gone): stop with a reason."""
-        if not self.queue or self.live or self.executor.workers_up():
+        if not (self.queue or self.source.remaining()) or self.live or self.executor.workers_up():
             self._waiting_since = None
             return
         self._waiting_since = self._waiting_since or time.monotonic()
@@ -238,7 +261,7 @@ class Driver:
     def _on_chunk(self, ev: ChunkDone) -> None:
         """Log and journal the chunk's metrics, keep its checkpoint, then finish, stop or feed the trial."""
         live, trial_id, step = self.live[ev.trial_id], ev.trial_id, ev.step
-        self.frames += ev.n_steps * self.sweep.run.n_seq
+        self.frames += ev.n_steps * live.config.n_seq
         if ev.metrics:
             live.tracker.log_metrics(ev.metrics, step=step)
         self.state.apply(self.folder.append(
@@ -251,16 +274,42 @@ class Driver:
             live.tracker.log_metrics(ev.heldout, step=step)
         if ev.gif:
             self._keep_artifact(live, "prediction.gif", ev.gif, None)
-        if step >= self.sweep.steps:
+        if step >= live.config.steps:
             self._end_trial(trial_id, FINISHED, None)
             return
         decision = self.scheduler.on_result(trial_id, step, ev.metrics)
         if decision.recorded is not None:
             self.state.apply(self.folder.append("milestone", trial=trial_id, step=step, value=decision.recorded))
+            self.source.report(trial_id, step, decision.recorded)
         if decision.action is Action.STOP:
             self._end_trial(trial_id, STOPPED, decision.reason)
+        elif decision.action is Action.EXPLOIT:
+            self._exploit(trial_id, step, decision)
         elif not self._stopping():
             self.executor.feed(trial_id)
+
+    def _exploit(self, trial_id: str, step: int, decision: Decision) -> None:
+        """PBT: the member's copy of the donor's checkpoint is staged, the exploit journaled, the copy put in place
+        of the member's checkpoint, and the member queued to continue from it with its new values."""
+        assert decision.donor is not None and decision.values is not None
+        live, ts = self.live.pop(trial_id), self.state.trials[trial_id]
+        trial = self.sweep.make_trial(trial_id, live.trial.spec, decision.values)
+        config = self.sweep.trial_config(trial).replace(track=True, mlflow_uri=self.mlflow_uri,
+                                                        experiment=self.experiment, run_id=ts.run_id)
+        donor_step = pbt.stage_copy(self.folder, trial_id, decision.donor, config)
+        self.state.apply(self.folder.append("exploit", trial=trial_id, donor=decision.donor, step=donor_step,
+                                            at_step=step, values=trial.varied, definition=trial.to_dict(),
+                                            reason=decision.reason))
+        pbt.put_copy_in_place(self.folder, trial_id)
+        self.trials[trial_id] = trial
+        lineage = [{k: e[k] for k in ("at_step", "donor", "step", "values")} for e in self.state.exploits
+                   if e["trial"] == trial_id]
+        live.tracker.set_tags({"pbt_exploits": len(lineage), "pbt_donor": decision.donor, "pbt_values": trial.varied,
+                               "pbt_lineage": json.dumps(lineage)})
+        live.tracker.close("KILLED")  # reopened (same run) when it continues from the copy
+        self.executor.release(trial_id)
+        if not self._stopping():
+            self.queue.appendleft(trial_id)
 
     def _on_final(self, ev: FinalState) -> None:
         """The state asked for at a stop: keep it as the checkpoint, close the run KILLED, trial pending."""
@@ -302,6 +351,7 @@ class Driver:
             live.tracker.close(FAILED if status == FAILED else "FINISHED")
         self.state.apply(self.folder.append("trial_ended", trial=trial_id, status=status, reason=reason, step=ts.step,
                                             metric=ts.metric))
+        self.source.tell(trial_id, status, ts.metric)
         self.executor.release(trial_id)
         if failure:
             self._count_failure(f"trial {trial_id}: {reason}")
@@ -360,6 +410,8 @@ class Driver:
         best = self.best()
         self.folder.append("sweep_ended", status=status, reason=reason, best=best and best["trial_id"])
         st.status, st.reason = status, reason
+        if self.state.exploits:
+            self.parent.log_dict(self.state.exploits, "pbt_lineage.json")
         if best is not None:
             self.parent.log_metrics({f"best_{self.sweep.metric}": best["metric"]}, step=self.sweep.steps)
             self.parent.set_tags({"best_trial": best["trial_id"], "best_run_id": best.get("run_id") or ""})
@@ -404,13 +456,11 @@ def run_sweep(sweep: SweepSpec, opts: DriverOptions, sweep_id: str | None = None
 def resume_sweep(sweep_id: str, opts: DriverOptions) -> SweepOutcome:
     """Continue a sweep from its journal: finished trials stay, the rest continue from their checkpoints."""
     folder = SweepFolder.open(opts.root, sweep_id)
-    definition = folder.definition()
-    sweep = load_sweep(definition["sweep"])
-    trials = [Trial.from_dict(t) for t in definition["trials"]]
+    sweep = load_sweep(folder.definition()["sweep"])
     state = folder.state()
-    if not state.unfinished():
+    driver = Driver(folder, sweep, [Trial.from_dict(t) for t in folder.trials(state)], opts, state)
+    if not (driver.queue or driver.source.remaining()):
         raise SweepRunError(f"sweep {sweep_id} has no unfinished trials (it ended {state.status}); "
                             f"see pvm-dist sweep status {sweep_id}")
     connect(opts.address)
-    driver = Driver(folder, sweep, trials, opts, state)
     return driver.run()

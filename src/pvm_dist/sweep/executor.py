@@ -142,6 +142,7 @@ class _Worker:
     epoch: int = 0  # bumped when its trial ends: results of older calls are then dropped
     calls: deque[_Call] = dataclasses.field(default_factory=deque)  # in submission order
     submitted_to: int = 0  # the current trial's chunks are queued up to this step
+    chunks: ChunkPlan | None = None  # where the current trial's chunks end
     dead: bool = False
 
     @property
@@ -212,16 +213,18 @@ class Executor:
         w = self.workers[index]
         w.trial = trial.trial_id
         config = self.sweep.trial_config(trial).to_dict()
+        w.chunks = self.chunks.for_steps(config["steps"])
         ref = w.handle.start.remote(trial.trial_id, config, None if state is None else ray.put(state))
         w.calls.append(_Call(ref, "start", w.epoch))
 
     def feed(self, trial_id: str) -> None:
         """Queue the trial's next chunks until PIPELINE_DEPTH are queued or its last step is."""
         w = self._running(trial_id)
+        chunks = w.chunks or self.chunks
         while (sum(1 for c in w.calls if c.kind == "chunk" and c.epoch == w.epoch) < PIPELINE_DEPTH
-               and w.submitted_to < self.chunks.steps):
-            end = self.chunks.end_after(w.submitted_to)
-            keep = self.chunks.keeps_state(end)
+               and w.submitted_to < chunks.steps):
+            end = chunks.end_after(w.submitted_to)
+            keep = chunks.keeps_state(end)
             self._advance(w, "chunk", end - w.submitted_to, keep, keep)
             w.submitted_to = end
 

@@ -4,6 +4,10 @@ A sweep lives in ``<root>/<sweep_id>/``:
 
 - ``sweep.json``: the sweep file as loaded (``SweepSpec.to_dict()``) and its trial plan, written once;
 - ``journal.jsonl``: one JSON event per line, appended (and flushed to disk) by the driver, its only writer;
+  an adaptive search's trials, unknown when the sweep starts, enter it as ``trial_added`` events;
+- ``search.optuna.log``: an adaptive search's Optuna study (its journal storage);
+- ``trials/<trial_id>/exploit.pvmckpt``: a PBT member's copy of its donor's checkpoint, between its
+  ``exploit`` event and taking the place of its own;
 - ``trials/<trial_id>/checkpoint.pvmckpt``: each trial's latest checkpoint (atomic replace), and
   ``trials/<trial_id>/pictures/``.
 
@@ -74,6 +78,8 @@ class SweepState:
     experiment: str | None = None
     driver: dict[str, Any] = dataclasses.field(default_factory=dict)
     rungs: list[tuple[str, int, float]] = dataclasses.field(default_factory=list)  # (trial, milestone, value)
+    added: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # trials an adaptive search asked for
+    exploits: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # PBT: a member copied a donor
     started: float | None = None
     ended: float | None = None
 
@@ -96,6 +102,9 @@ class SweepState:
             self.failures += 1
         elif kind == "milestone":
             self.rungs.append((ev["trial"], int(ev["step"]), float(ev["value"])))
+        elif kind == "trial_added" and ev["trial"] not in self.trials:
+            self.trials[ev["trial"]] = TrialState(ev["trial"])
+            self.added.append(ev["definition"])
         if t is None:
             return
         t.updated = now
@@ -119,6 +128,9 @@ class SweepState:
         elif kind == "trial_ended":
             t.status, t.reason = ev["status"], ev.get("reason")
             t.step = int(ev.get("step", t.step))
+        elif kind == "exploit":  # continues from the donor's checkpoint, copied as its own
+            t.status, t.step, t.checkpoint_step = PENDING, int(ev["step"]), int(ev["step"])
+            self.exploits.append(ev)
 
 
 class SweepFolder:
@@ -187,6 +199,12 @@ class SweepFolder:
         for ev in self.events():
             state.apply(ev)
         return state
+
+    def trials(self, state: SweepState) -> list[dict[str, Any]]:
+        """Every trial of the sweep: the planned ones, then those its search added (``state.added``), each as
+        its latest PBT exploit redefined it."""
+        latest = {ev["trial"]: ev["definition"] for ev in state.exploits}
+        return [latest.get(t["trial_id"], t) for t in [*self.definition()["trials"], *state.added]]
 
 
 def _write_atomic(path: Path, text: str) -> None:

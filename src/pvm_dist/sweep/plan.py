@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import itertools
 import math
 import re
@@ -34,10 +35,20 @@ SEED_PARAM = "seed"
 #: Run settings a sweep file may give (every trial's RunConfig; pvm_dist.run.config has their meaning).
 RUN_KEYS = ("steps", "checkpoint_every", "metrics_every", "picture_every", "n_seq", "data", "data_path", "backend",
             "device", "readout", "readout_from", "readout_lr", "heldout", "heldout_steps", "animation_frames")
+#: Run settings that may also vary per trial, like spec keys.
+VARIED_RUN_KEYS = ("n_seq", "data", "steps")
 TOP_KEYS = ("name", "description", "spec", "vary", "samples", "seed", "overrides", "metric", "mode", *RUN_KEYS,
-            "resources", "max_failures", "max_concurrent", "early_stopping")
+            "frames", "resources", "max_failures", "max_concurrent", "early_stopping", "search")
 _RESOURCE_KEYS = ("gpus_per_actor", "cpus_per_actor", "cpu_workers")
 _EARLY_STOPPING_KEYS = ("type", "grace_steps", "reduction_factor")
+#: Search types: adaptive ones ask Optuna for each trial as a worker frees up; the others plan every trial up front
+#: (pbt: its population, whose members then copy each other's checkpoints).
+ADAPTIVE_SEARCHES = ("tpe", "gp")
+SEARCH_TYPES = (*ADAPTIVE_SEARCHES, "random", "grid", "pbt")
+_SEARCH_KEYS = ("type", "trials", "startup_trials", "population", "interval_steps", "quantile", "explore")
+#: Spec keys a PBT member may change mid-run: they set the learning schedule, not the model's shape.
+EXPLORABLE = ("initial_learning_rate", "intermediate_learning_rate", "final_learning_rate", "momentum",
+              "delay_each_layer_learning", "delay_intermediate_learning_rate", "delay_final_learning_rate")
 _SIGNIFICANT_DIGITS = 6
 
 
@@ -109,23 +120,61 @@ class EarlyStopping:
 
 
 @dataclasses.dataclass(frozen=True)
+class Explore:
+    """How PBT changes one copied value: times one of ``factors`` (``perturb``), or drawn again (``resample``)."""
+
+    kind: str
+    factors: tuple[float, ...] = ()
+
+    def to_raw(self) -> Any:
+        return {"perturb": list(self.factors)} if self.kind == "perturb" else "resample"
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """How trials are chosen: ``tpe``/``gp`` ask Optuna for each one as a worker frees up (``trials`` in all,
+    the first ``startup_trials`` sampled at random); ``random``/``grid`` are the deterministic plan; ``pbt``
+    plans ``population`` members that every ``interval_steps`` copy a top ``quantile`` member when they are in
+    the bottom one, and change its ``explore`` values."""
+
+    type: str
+    trials: int | None = None
+    startup_trials: int = 10
+    population: int | None = None
+    interval_steps: int | None = None
+    quantile: float = 0.25
+    explore: dict[str, Explore] = dataclasses.field(default_factory=dict)
+
+    @property
+    def adaptive(self) -> bool:
+        return self.type in ADAPTIVE_SEARCHES
+
+
+@dataclasses.dataclass(frozen=True)
 class Trial:
-    """One planned training run: a spec, its overrides (fixed and varied) and its seed."""
+    """One training run: a spec, its overrides (fixed and varied), its seed, and the run settings it varies
+    (``run``: n_seq, data, steps; the steps a frames budget gives it)."""
 
     trial_id: str
     spec: str
     overrides: dict[str, Any]
     seed: int
     varied: dict[str, Any]
+    run: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"trial_id": self.trial_id, "spec": self.spec, "overrides": dict(self.overrides),
-                "seed": self.seed, "varied": dict(self.varied)}
+                "seed": self.seed, "varied": dict(self.varied), "run": dict(self.run)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Trial:
         return cls(trial_id=str(d["trial_id"]), spec=str(d["spec"]), overrides=dict(d["overrides"]),
-                   seed=int(d["seed"]), varied=dict(d["varied"]))
+                   seed=int(d["seed"]), varied=dict(d["varied"]), run=dict(d.get("run") or {}))
+
+
+def trial_steps(trial: Mapping[str, Any], default: int) -> int:
+    """The steps of a trial given as its ``to_dict()`` (``default``: the sweep's)."""
+    return int((trial.get("run") or {}).get("steps", default))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,13 +197,23 @@ class SweepSpec:
     max_concurrent: int | None
     early_stopping: EarlyStopping | None
     description: str = ""
+    frames: int | None = None  # a frames budget: each trial trains frames / n_seq steps
+    search: Search | None = None  # None: the plan (grid points × random samples)
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether trials are asked of a search as workers free up (no plan up front)."""
+        return self.search is not None and self.search.adaptive
 
     def plan(self) -> list[Trial]:
-        """Every trial, in a fixed order: spec, then grid point (file order), then sample.
+        """Every trial, in a fixed order: spec, then grid point (file order), then sample; none for an
+        adaptive search (its trials are asked for while it runs).
 
         Random values come from one ``default_rng(seed)`` drawn in that order, parameters in file
         order, so the same sweep always plans the same trials.
         """
+        if self.adaptive:
+            return []
         grid = [(k, d) for k, d in self.vary.items() if not d.is_random]
         random = [(k, d) for k, d in self.vary.items() if d.is_random]
         points = list(itertools.product(*(d.values for _, d in grid)))
@@ -166,24 +225,32 @@ class SweepSpec:
                 for _ in range(self.samples):
                     values = dict(zip((k for k, _ in grid), point))
                     values.update((k, d.draw(rng)) for k, d in random)
-                    varied = {k: values[k] for k in self.vary}
-                    overrides = {**self.overrides, **{k: v for k, v in varied.items() if k != SEED_PARAM}}
-                    if len(self.specs) > 1:
-                        varied = {"spec": spec, **varied}
-                    trials.append(Trial(trial_id=f"t{len(trials):0{width}d}", spec=spec, overrides=overrides,
-                                        seed=int(values.get(SEED_PARAM, self.seed)), varied=varied))
+                    trials.append(self.make_trial(f"t{len(trials):0{width}d}", spec, values))
         return trials
+
+    def make_trial(self, trial_id: str, spec: str, values: Mapping[str, Any]) -> Trial:
+        """The trial of ``spec`` with one value per varied parameter: spec keys become overrides, n_seq/data/steps
+        its run settings (a frames budget sets its steps), ``seed`` its seed."""
+        varied = {k: _plain(values[k]) for k in self.vary}
+        overrides = {**self.overrides, **{k: v for k, v in varied.items() if k in FIELDS}}
+        run = {k: varied[k] for k in VARIED_RUN_KEYS if k in varied}
+        if self.frames is not None:
+            run["steps"] = self.frames // run.get("n_seq", self.run.n_seq)
+        if len(self.specs) > 1:
+            varied = {"spec": spec, **varied}
+        return Trial(trial_id=trial_id, spec=spec, overrides=overrides, seed=int(values.get(SEED_PARAM, self.seed)),
+                     varied=varied, run=run)
 
     @property
     def steps(self) -> int:
-        """The steps every trial trains."""
+        """The steps of the longest trial (every trial's, unless steps vary or a frames budget splits them)."""
         return self.run.steps
 
     def trial_config(self, trial: Trial) -> RunConfig:
-        """The run configuration of one trial: the shared settings, its spec, overrides and seed."""
+        """The run configuration of one trial: the shared settings, its spec, overrides, seed and run settings."""
         spec = load_spec(trial.spec).with_overrides(trial.overrides)
         return dataclasses.replace(self.run, spec=spec, seed=trial.seed, run_name=trial.trial_id,
-                                   overrides={k: str(v) for k, v in trial.overrides.items()})
+                                   overrides={k: str(v) for k, v in trial.overrides.items()}, **trial.run)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON-able sweep mapping; :func:`load_sweep` takes it back and plans the same trials."""
@@ -195,10 +262,12 @@ class SweepSpec:
             "samples": self.samples, "seed": self.seed, "overrides": dict(self.overrides),
             "metric": {"name": self.metric, "mode": self.mode},
             **{key: getattr(self.run, key) for key in RUN_KEYS},
+            **({"steps": None, "frames": self.frames} if self.frames is not None else {}),
             "resources": dataclasses.asdict(self.resources),
             "max_failures": self.max_failures, "max_concurrent": self.max_concurrent,
             "early_stopping": None if es is None else {"type": "asha", "grace_steps": es.grace_steps,
                                                        "reduction_factor": es.reduction_factor},
+            **({"search": _search_raw(self.search)} if self.search is not None else {}),
         }
 
     def better(self, a: float, b: float) -> bool:
@@ -325,34 +394,52 @@ def _parse(raw: Any, label: str, default_name: str, base_dir: Path | None) -> Sw
     description = c.text("description", raw.get("description", ""), allow_empty=True)
     specs, bases = _specs(c, raw.get("spec"), base_dir)
     vary = _vary(c, raw.get("vary"))
+    search = _search(c, raw, vary, specs)
     samples = c.integer("samples", raw.get("samples", 1), 1)
-    if samples is not None and samples > 1 and not any(d.is_random for d in vary.values()):
+    if search is not None and search.type == "pbt" and search.population is not None:
+        samples = search.population
+    elif search is not None and search.type == "random" and search.trials is not None:
+        if "samples" in raw and samples != search.trials:
+            c.add("samples", f"{samples} differs from search.trials ({search.trials}); give one of them")
+        samples = search.trials
+    if (samples is not None and samples > 1 and not any(d.is_random for d in vary.values())
+            and not (search and search.adaptive)):
         c.problems.append(f"samples > 1 needs a random distribution in vary ({', '.join(RANDOM_KINDS)})")
     seed = c.integer("seed", raw.get("seed", 0), 0)
     overrides = _overrides(c, raw.get("overrides"))
     metric, mode = _metric(c, raw)
-    steps = None
-    if "steps" in raw:
-        steps = c.integer("steps", raw["steps"], 1)
-    else:
-        c.add("steps", "is required (the steps each trial trains)")
+    frames = c.optional_integer("frames", raw.get("frames"), 1)
+    steps = None if raw.get("steps") is None else c.integer("steps", raw["steps"], 1)
+    step_counts = _step_counts(c, raw, vary, steps, frames)
+    shortest = None if not step_counts else min(step_counts)
     checkpoint_every = _at_most(c, "checkpoint_every", raw.get("checkpoint_every"),
-                                None if steps is None else max(steps // 4, 1), steps, "steps")
+                                None if shortest is None else max(shortest // 4, 1), shortest,
+                                "steps" if len(set(step_counts or ())) < 2 else "the shortest trial's steps")
     metrics_every = _at_most(c, "metrics_every", raw.get("metrics_every"),
                              None if checkpoint_every is None else min(100, checkpoint_every),
                              checkpoint_every, "checkpoint_every")
-    run = _run_config(c, raw, bases, steps, checkpoint_every, metrics_every)
+    run = _run_config(c, raw, bases, steps or (max(step_counts) if step_counts else None), checkpoint_every,
+                      metrics_every)
     resources = _resources(c, raw.get("resources"))
     max_failures = c.integer("max_failures", raw.get("max_failures", 3), 0)
     max_concurrent = c.optional_integer("max_concurrent", raw.get("max_concurrent"), 1)
-    early_stopping = _early_stopping(c, raw.get("early_stopping"), steps, checkpoint_every)
+    early_stopping = _early_stopping(c, raw.get("early_stopping"), shortest, checkpoint_every)
+    if search is not None and search.interval_steps is not None and steps is not None and checkpoint_every:
+        if search.interval_steps >= steps:
+            c.add("search.interval_steps", f"{search.interval_steps} is not less than steps ({steps})")
+        elif search.interval_steps % checkpoint_every:
+            c.add("search.interval_steps", f"must be a multiple of checkpoint_every ({checkpoint_every}): "
+                                           "members copy each other's checkpoints")
+    if early_stopping is not None and step_counts and len(set(step_counts)) > 1:
+        c.add("early_stopping", "ASHA compares trials at equal steps; it cannot stop trials whose steps differ "
+                                "(varied steps, or a frames budget over varied n_seq)")
     if c.problems:
         raise SweepError(label, c.problems)
     sweep = SweepSpec(
         name=name, source=label, specs=specs, vary=vary, samples=samples, seed=seed, overrides=overrides,
         metric=metric, mode=mode, run=run, resources=resources,
         max_failures=max_failures, max_concurrent=max_concurrent, early_stopping=early_stopping,
-        description=description,
+        description=description, frames=frames, search=search,
     )
     problems = _trial_problems(sweep, bases)
     if problems:
@@ -432,14 +519,25 @@ def _vary(c: _Checker, raw: Any) -> dict[str, Distribution]:
         c.add("vary", f"must be a mapping of parameter to values, got {raw!r}")
         return {}
     out: dict[str, Distribution] = {}
-    known = [*FIELDS, SEED_PARAM]
+    known = [*FIELDS, SEED_PARAM, *VARIED_RUN_KEYS]
     for param, value in raw.items():
         key = f"vary.{param}"
         if param not in known:
-            c.add(key, f"is not a spec key or '{SEED_PARAM}'{_did_you_mean(str(param), known)}")
+            c.add(key, f"is not a spec key, '{SEED_PARAM}' or one of {', '.join(VARIED_RUN_KEYS)}"
+                       f"{_did_you_mean(str(param), known)}")
             continue
         dist = _distribution(c, key, value)
-        if dist is not None and (param != SEED_PARAM or _seed_distribution_ok(c, key, dist)):
+        if dist is None:
+            continue
+        if param == SEED_PARAM:
+            ok = _integers_ok(c, key, dist, 0, "seeds")
+        elif param in ("n_seq", "steps"):
+            ok = _integers_ok(c, key, dist, 1, param)
+        elif param == "data":
+            ok = _sources_ok(c, key, dist)
+        else:
+            ok = True
+        if ok:
             out[param] = dist
     return out
 
@@ -491,15 +589,104 @@ def _distribution(c: _Checker, key: str, value: Any) -> Distribution | None:
     return Distribution(kind, (float(lo), float(hi)))
 
 
-def _seed_distribution_ok(c: _Checker, key: str, dist: Distribution) -> bool:
-    """Seeds are non-negative integers: a grid, randint or choice of them."""
+def _integers_ok(c: _Checker, key: str, dist: Distribution, minimum: int, what: str) -> bool:
+    """Seeds, n_seq and steps are integers of at least ``minimum``: a grid, randint or choice of them."""
     if dist.kind in ("uniform", "loguniform"):
-        c.add(key, "seeds are integers: use a list, randint or choice")
+        c.add(key, f"{what} are integers: use a list, randint or choice")
         return False
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in dist.values):
-        c.add(key, f"seeds must be non-negative integers, got {list(dist.values)!r}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in dist.values):
+        kind = "non-negative" if minimum == 0 else f"at least {minimum}"
+        c.add(key, f"{what} must be integers {kind}, got {list(dist.values)!r}")
         return False
     return True
+
+
+def _sources_ok(c: _Checker, key: str, dist: Distribution) -> bool:
+    """Data sources vary as a list (or choice) of source strings, as ``--data`` takes them."""
+    if dist.kind not in ("grid", "choice") or not all(isinstance(v, str) and v for v in dist.values):
+        c.add(key, f"data varies as a list of sources such as [synthetic:balls, synthetic:bar], got {dist.to_raw()!r}")
+        return False
+    return True
+
+
+def _int_values(dist: Distribution) -> list[int]:
+    """Every integer an integer distribution can give."""
+    return list(range(dist.values[0], dist.values[1] + 1)) if dist.kind == "randint" else list(dist.values)
+
+
+def _step_counts(c: _Checker, raw: Mapping[str, Any], vary: Mapping[str, Distribution], steps: int | None,
+                 frames: int | None) -> list[int] | None:
+    """Every step count a trial can get: the steps, the varied steps, or a frames budget over each n_seq."""
+    if frames is not None:
+        if steps is not None or "steps" in vary:
+            c.add("frames", "give a frames budget or steps (fixed or varied), not both")
+            return None
+        base = raw.get("n_seq", 1)
+        n_seqs = _int_values(vary["n_seq"]) if "n_seq" in vary else [base] if isinstance(base, int) and base >= 1 else []
+        uneven = [n for n in n_seqs if frames % n]
+        if uneven:
+            c.add("frames", f"{frames} is not a multiple of n_seq {uneven[0]} (each trial trains frames / n_seq steps)")
+            return None
+        return [frames // n for n in n_seqs] or None
+    if "steps" in vary:
+        return _int_values(vary["steps"])
+    if steps is not None:
+        return [steps]
+    if raw.get("steps") is None:
+        c.add("steps", "is required (the steps each trial trains; or vary steps, or give a frames budget)")
+    return None
+
+
+def _search(c: _Checker, top: Mapping[str, Any], vary: Mapping[str, Distribution], specs: tuple[str, ...]) -> Search | None:
+    """The ``search`` block: its type, and for an adaptive search the trials to ask for."""
+    raw = top.get("search")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        c.add("search", f"must be a mapping such as {{type: tpe, trials: 20}}, got {raw!r}")
+        return None
+    c.known_keys("search.", raw, _SEARCH_KEYS)
+    kind = raw.get("type")
+    if kind not in SEARCH_TYPES:
+        c.add("search.type", f"unknown type {kind!r}; known: {', '.join(SEARCH_TYPES)}{_did_you_mean(str(kind), SEARCH_TYPES)}")
+        return None
+    if kind != "pbt":
+        for key in ("population", "interval_steps", "quantile", "explore"):
+            if key in raw:
+                c.add(f"search.{key}", f"belongs to a pbt search, not {kind}")
+    trials = c.optional_integer("search.trials", raw.get("trials"), 1)
+    startup = c.integer("search.startup_trials", raw.get("startup_trials", 10), 1)
+    if kind == "pbt":
+        return _pbt(c, raw, top, vary, specs)
+    if kind in ADAPTIVE_SEARCHES:
+        if not vary:
+            c.add("search", f"a {kind} search needs parameters to vary")
+        if len(specs) > 1:
+            c.add("search.type", f"a {kind} search tunes one spec; a model-zoo sweep (a list of specs) takes "
+                                 "search type random or grid")
+        if raw.get("trials") is None:
+            c.add("search.trials", f"is required for a {kind} search (how many trials to ask for)")
+        if top.get("samples", 1) != 1:
+            c.add("samples", f"a {kind} search counts its trials in search.trials, not samples")
+        for param, dist in vary.items():
+            if dist.kind in ("grid", "choice") and not all(v is None or isinstance(v, (bool, int, float, str))
+                                                            for v in dist.values):
+                c.add(f"vary.{param}", f"a {kind} search chooses among numbers and strings, got {dist.to_raw()!r}")
+        if kind == "gp" and importlib.util.find_spec("torch") is None:
+            c.add("search.type", "a gp search needs PyTorch on the driver's machine (pip install torch); "
+                                 "tpe needs nothing more")
+    else:
+        if "startup_trials" in raw:
+            c.add("search.startup_trials", f"only tpe and gp searches have startup trials, not {kind}")
+        if kind == "grid":
+            drawn = [k for k, d in vary.items() if d.is_random]
+            if drawn:
+                c.add(f"vary.{drawn[0]}", "a grid search takes lists of values, not a distribution")
+            if raw.get("trials") is not None:
+                c.add("search.trials", "a grid search runs every grid point; leave trials out")
+        elif not any(d.is_random for d in vary.values()):
+            c.add("search.type", f"a random search needs a random distribution in vary ({', '.join(RANDOM_KINDS)})")
+    return Search(type=kind, trials=trials, startup_trials=startup or 10)
 
 
 def _overrides(c: _Checker, raw: Any) -> dict[str, Any]:
@@ -579,10 +766,90 @@ def _early_stopping(c: _Checker, raw: Any, steps: int | None, checkpoint_every: 
     return EarlyStopping(grace_steps=grace, reduction_factor=factor)
 
 
+def _probe_trials(sweep: SweepSpec) -> list[Trial]:
+    """For a search without a plan: one trial per value (a range: both bounds) of each parameter, the others at
+    their first, named ``param=value``, so what the model rejects is known before any trial is asked for."""
+    first = {k: d.values[0] for k, d in sweep.vary.items()}
+    return [sweep.make_trial(f"{k}={v}", sweep.specs[0], {**first, k: v})
+            for k, d in sweep.vary.items() for v in d.values]
+
+
+def _pbt(c: _Checker, raw: Mapping[str, Any], top: Mapping[str, Any], vary: Mapping[str, Distribution],
+         specs: tuple[str, ...]) -> Search:
+    """``search: {type: pbt, population, interval_steps, quantile, explore}``; the intervals are checked against
+    the steps in :func:`_pbt_intervals`."""
+    for key in ("trials", "startup_trials"):
+        if key in raw:
+            c.add(f"search.{key}", "a pbt search has a population, not trials")
+    population = raw.get("population")
+    if isinstance(population, bool) or not isinstance(population, int) or population < 2:
+        c.add("search.population", f"must be an integer of at least 2 (members copy each other), got {population!r}")
+        population = None
+    interval = c.integer("search.interval_steps", raw.get("interval_steps"), 1) if "interval_steps" in raw else None
+    if "interval_steps" not in raw:
+        c.add("search.interval_steps", "is required (how many steps between two exploit decisions)")
+    quantile = raw.get("quantile", 0.25)
+    if not _is_number(quantile) or not 0 < quantile <= 0.5:
+        c.add("search.quantile", f"must be a fraction in (0, 0.5] (the bottom that copies the top), got {quantile!r}")
+        quantile = 0.25
+    if len(specs) > 1:
+        c.add("search.type", "a pbt population trains one spec; a model-zoo sweep takes search type random or grid")
+    for key in (*VARIED_RUN_KEYS, SEED_PARAM):
+        if key in vary:
+            c.add(f"vary.{key}", "pbt members copy each other's state: they share their seed, n_seq, data and steps")
+    if top.get("frames") is not None:
+        c.add("frames", "pbt members share their steps; give steps")
+    if top.get("early_stopping") is not None:
+        c.add("early_stopping", "a pbt population replaces its worst members instead of stopping them")
+    if top.get("samples", 1) not in (1, population):
+        c.add("samples", "a pbt search counts its members in search.population, not samples")
+    for param, dist in vary.items():
+        if not dist.is_random:
+            c.add(f"vary.{param}", "pbt draws its members' first values: use a distribution (choice for a list)")
+    return Search(type="pbt", population=population, interval_steps=interval, quantile=float(quantile),
+                  explore=_explore(c, raw.get("explore"), vary))
+
+
+def _explore(c: _Checker, raw: Any, vary: Mapping[str, Distribution]) -> dict[str, Explore]:
+    """``explore: {param: {perturb: [0.8, 1.2]} | resample}``, over varied schedule keys only."""
+    if not isinstance(raw, Mapping) or not raw:
+        c.add("search.explore", f"must name the varied values to explore, such as {{momentum: {{perturb: [0.8, 1.2]}}}}, "
+                                f"got {raw!r}")
+        return {}
+    out: dict[str, Explore] = {}
+    for param, how in raw.items():
+        key = f"search.explore.{param}"
+        if param not in vary:
+            c.add(key, f"is not varied; explore changes values that vary draws ({', '.join(vary) or 'none'})")
+        elif param not in EXPLORABLE:
+            c.add(key, f"cannot change mid-run; pbt explores {', '.join(EXPLORABLE)}")
+        elif how == "resample":
+            out[param] = Explore("resample")
+        elif (isinstance(how, Mapping) and list(how) == ["perturb"] and isinstance(how["perturb"], list)
+              and how["perturb"] and all(_is_number(f) and f > 0 for f in how["perturb"])):
+            if vary[param].kind == "choice":
+                c.add(key, "a choice is resampled, not perturbed")
+            else:
+                out[param] = Explore("perturb", tuple(float(f) for f in how["perturb"]))
+        else:
+            c.add(key, f"must be resample or {{perturb: [factors > 0]}}, got {how!r}")
+    return out
+
+
+def _search_raw(search: Search) -> dict[str, Any]:
+    """The sweep-file form of a search block."""
+    if search.type == "pbt":
+        return {"type": "pbt", "population": search.population, "interval_steps": search.interval_steps,
+                "quantile": search.quantile, "explore": {k: e.to_raw() for k, e in search.explore.items()}}
+    if search.adaptive:
+        return {"type": search.type, "trials": search.trials, "startup_trials": search.startup_trials}
+    return {"type": search.type, "trials": search.trials}
+
+
 def _trial_problems(sweep: SweepSpec, bases: Mapping[str, Spec]) -> list[str]:
     """Build every planned trial's spec; each distinct rejection once, with the trials it hits."""
     hits: dict[str, list[str]] = {}
-    for trial in sweep.plan():
+    for trial in sweep.plan() or _probe_trials(sweep):
         try:
             bases[trial.spec].with_overrides(trial.overrides)
         except SpecError as exc:

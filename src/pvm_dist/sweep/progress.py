@@ -11,28 +11,31 @@ from collections import Counter
 from typing import Any
 
 from pvm_dist.sweep.journal import FINAL_STATUSES, RUNNING, SweepState
+from pvm_dist.sweep.plan import trial_steps
 
 STATUS_STYLE = {"RUNNING": "cyan", "FINISHED": "green", "STOPPED": "yellow", "FAILED": "red", "PENDING": "dim"}
 
 
 def rows(state: SweepState, trials: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
-    """One dict per trial: id, varied values, status, step, fps, metric, ETA (s), where it runs."""
+    """One dict per trial: id, varied values, status, step (of its steps), fps, metric, ETA (s), where it runs."""
     out = []
     for t in trials:
-        ts = state.trials[t["trial_id"]]
+        ts, its_steps = state.trials[t["trial_id"]], trial_steps(t, steps)
         eta = None
         if ts.status == RUNNING and ts.steps_per_s:
-            eta = (steps - ts.step) / ts.steps_per_s
+            eta = (its_steps - ts.step) / ts.steps_per_s
         out.append({"trial_id": ts.trial_id, "varied": t.get("varied", {}), "status": ts.status, "step": ts.step,
+                    "steps": its_steps,
                     "frames_per_s": ts.frames_per_s, "metric": ts.metric, "eta_s": eta,
                     "where": f"{ts.node or ''} gpu {ts.gpu}" if ts.gpu and ts.gpu != "cpu" else (ts.node or ""),
                     "run_id": ts.run_id, "starts": ts.starts, "reason": ts.reason})
     return out
 
 
-def overall_eta(state: SweepState, steps: int) -> float | None:
+def overall_eta(state: SweepState, trials: list[dict[str, Any]], steps: int) -> float | None:
     """Steps left over all unfinished trials divided by the steps/s of those running now."""
-    left = sum(steps - t.step for t in state.trials.values() if t.status not in FINAL_STATUSES)
+    left = sum(trial_steps(t, steps) - state.trials[t["trial_id"]].step for t in trials
+               if state.trials[t["trial_id"]].status not in FINAL_STATUSES)
     rate = sum(t.steps_per_s or 0.0 for t in state.trials.values() if t.status == RUNNING)
     if left == 0:
         return 0.0
@@ -43,13 +46,14 @@ def summary(state: SweepState, trials: list[dict[str, Any]], steps: int, metric:
     """What ``sweep status --json`` prints."""
     counts = dict(Counter(t.status for t in state.trials.values()))
     return {"status": state.status, "reason": state.reason, "counts": counts, "failures": state.failures,
-            "metric": metric, "mode": mode, "steps": steps, "eta_s": overall_eta(state, steps),
+            "metric": metric, "mode": mode, "steps": steps, "eta_s": overall_eta(state, trials, steps),
             "parent_run_id": state.parent_run_id, "mlflow_uri": state.mlflow_uri, "experiment": state.experiment,
             "driver": state.driver, "trials": rows(state, trials, steps)}
 
 
-def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str, title: str) -> Any:
-    """A rich Table of the trials, with the overall ETA in its caption."""
+def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str, title: str, to_ask: int = 0) -> Any:
+    """A rich Table of the trials, with the overall ETA in its caption; ``to_ask``: trials an adaptive search has
+    still to ask for (not in ``trials`` yet)."""
     from rich.table import Table
 
     varied_keys: list[str] = []
@@ -63,11 +67,11 @@ def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: s
     for r in rows(state, trials, steps):
         style = STATUS_STYLE.get(r["status"], "")
         tab.add_row(r["trial_id"], *[_fmt(r["varied"].get(k)) for k in varied_keys], f"[{style}]{r['status']}[/{style}]",
-                    f"{r['step']:,}/{steps:,}", _fmt(r["frames_per_s"], ",.0f"), _fmt(r["metric"], ".4g"),
+                    f"{r['step']:,}/{r['steps']:,}", _fmt(r["frames_per_s"], ",.0f"), _fmt(r["metric"], ".4g"),
                     _duration(r["eta_s"]), r["where"])
     done = sum(1 for t in state.trials.values() if t.status in FINAL_STATUSES)
-    tab.caption = (f"{done}/{len(trials)} trials done · failures {state.failures} · "
-                   f"overall ETA {_duration(overall_eta(state, steps))}")
+    tab.caption = (f"{done}/{len(trials) + to_ask} trials done · failures {state.failures} · "
+                   f"overall ETA {_duration(overall_eta(state, trials, steps))}")
     return tab
 
 

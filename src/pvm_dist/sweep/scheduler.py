@@ -16,6 +16,7 @@ import abc
 import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from pvm_dist.sweep.asha import SuccessiveHalving
 from pvm_dist.sweep.plan import SweepSpec
@@ -24,6 +25,7 @@ from pvm_dist.sweep.plan import SweepSpec
 class Action(enum.Enum):
     CONTINUE = "CONTINUE"
     STOP = "STOP"
+    EXPLOIT = "EXPLOIT"  # PBT: continue from a copy of ``donor``'s checkpoint with ``values``
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,8 +33,10 @@ class Decision:
     """What to do with a trial after a result; ``recorded``: the value kept in a rung (to journal)."""
 
     action: Action
-    reason: str | None = None  # why it stops
+    reason: str | None = None  # why it stops (or exploits)
     recorded: float | None = None
+    donor: str | None = None
+    values: dict[str, Any] | None = None
 
 
 CONTINUE = Decision(Action.CONTINUE)
@@ -109,6 +113,10 @@ class ChunkPlan:
     @classmethod
     def of(cls, sweep: SweepSpec, scheduler: TrialScheduler) -> ChunkPlan:
         return cls(sweep.steps, sweep.run.metrics_every, sweep.run.checkpoint_every, tuple(scheduler.milestones()))
+
+    def for_steps(self, steps: int) -> ChunkPlan:
+        """The plan of a trial that trains ``steps`` steps (steps may vary per trial)."""
+        return dataclasses.replace(self, steps=steps, milestones=tuple(m for m in self.milestones if m < steps))
 
     def end_after(self, step: int) -> int:
         """The end of the chunk that starts at ``step``."""
