@@ -20,7 +20,9 @@ def main(out_dir: str) -> None:
             commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         except OSError:
             commit = ""
-    tests = (out / "gpu_tests.txt").read_text().strip().splitlines() if (out / "gpu_tests.txt").exists() else []
+    lines = (out / "gpu_tests.txt").read_text().strip().splitlines() if (out / "gpu_tests.txt").exists() else []
+    tests = [x for x in lines if " passed" in x or " failed" in x]
+    racecheck = [x.strip("= ") for x in lines if "RACECHECK SUMMARY" in x]
     print(f"# pvm-dist native engine on {gpu.split(',')[0]}\n")
     print(f"- GPU, driver, memory, max SM clock: {gpu}")
     print(f"- commit: {commit or 'unknown'}; date: {datetime.date.today()}")
@@ -28,6 +30,8 @@ def main(out_dir: str) -> None:
         print(f"- measured copy bandwidth: {rows[0]['bandwidth_gb_per_s']:,.0f} GB/s (read + write)")
     if tests:
         print(f"- GPU tests: {tests[-1]}")
+    if racecheck:
+        print(f"- compute-sanitizer on the fused passes: {racecheck[-1]}")
     print("\n| spec | frames | n_seq | steps/s | frames/s | GB/s | GFLOP/s | roofline frames/s | ratio | bound | phases (µs) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -229,9 +229,11 @@ constexpr int kRowGroups = 4, kColumns = kThreads / kRowGroups;
 
 template <int NS>
 __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
-    // U rows' W1 loads issued together; P interleaved partial sums per sequence (4 for one sequence,
-    // as this kernel always summed it; one chain each when several sequences give the adds their ILP).
-    constexpr int U = 4, P = NS == 1 ? 4 : 1;
+    // U rows per unrolled trip; P interleaved partial sums per sequence: 4 for one or two sequences
+    // (for one, the order this kernel always summed in), one chain each from four on, where the
+    // sequences' chains give the adds their independence (workbench, H200: 4 sequences 22.7 -> 20.4 us,
+    // 16: 123 -> 56 us; 1 and 2 sequences slower with one chain: 14.8 -> 18.8 and 15.7 -> 25.5 us).
+    constexpr int U = 4, P = NS <= 2 ? 4 : 1;
     const int64_t s = *a.step, u = blockIdx.x;
     const int old = ring_slot(s - 2);
     const int g = threadIdx.x / kColumns, col = threadIdx.x % kColumns;
@@ -253,14 +255,13 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
                 for (int q = 0; q < NS; ++q) p[t][q] = 0.0f;
             int64_t j = g;
             for (; j + (U - 1) * kRowGroups < M; j += U * kRowGroups) {
-                float w[U];
 #pragma unroll
-                for (int t = 0; t < U; ++t) w[t] = W1[(j + t * kRowGroups) * K + k];
-#pragma unroll
-                for (int t = 0; t < U; ++t)
+                for (int t = 0; t < U; ++t) {
+                    const float w = W1[(j + t * kRowGroups) * K + k];
 #pragma unroll
                     for (int q = 0; q < NS; ++q)
-                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * kRowGroups]));
+                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w, d[q * a.y_total + j + t * kRowGroups]));
+                }
             }
             for (int t = 0; j < M; j += kRowGroups, ++t) {
                 const float w = W1[j * K + k];
