@@ -233,6 +233,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     // (for one, the order this kernel always summed in), one chain each from four on, where the
     // sequences' chains give the adds their independence (workbench, H200: 4 sequences 22.7 -> 20.4 us,
     // 16: 123 -> 56 us; 1 and 2 sequences slower with one chain: 14.8 -> 18.8 and 15.7 -> 25.5 us).
+    // Where the loads sit in the unrolled trip was measured too (the two comments in the loop).
     constexpr int U = 4, P = NS <= 2 ? 4 : 1;
     const int64_t s = *a.step, u = blockIdx.x;
     const int old = ring_slot(s - 2);
@@ -255,12 +256,16 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
                 for (int q = 0; q < NS; ++q) p[t][q] = 0.0f;
             int64_t j = g;
             for (; j + (U - 1) * kRowGroups < M; j += U * kRowGroups) {
+                float w[U];  // with one chain per sequence, the U loads are written first (56 against 80 us at 16)
+#pragma unroll
+                for (int t = 0; t < U; ++t)
+                    if constexpr (P == 1) w[t] = W1[(j + t * kRowGroups) * K + k];
 #pragma unroll
                 for (int t = 0; t < U; ++t) {
-                    const float w = W1[(j + t * kRowGroups) * K + k];
+                    if constexpr (P != 1) w[t] = W1[(j + t * kRowGroups) * K + k];  // (14.8 against 18.8 us at 1)
 #pragma unroll
                     for (int q = 0; q < NS; ++q)
-                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w, d[q * a.y_total + j + t * kRowGroups]));
+                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * kRowGroups]));
                 }
             }
             for (int t = 0; j < M; j += kRowGroups, ++t) {
