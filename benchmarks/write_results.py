@@ -20,7 +20,9 @@ def main(out_dir: str) -> None:
             commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         except OSError:
             commit = ""
-    tests = (out / "gpu_tests.txt").read_text().strip().splitlines() if (out / "gpu_tests.txt").exists() else []
+    lines = (out / "gpu_tests.txt").read_text().strip().splitlines() if (out / "gpu_tests.txt").exists() else []
+    tests = [x for x in lines if " passed" in x or " failed" in x]
+    racecheck = [x.strip("= ") for x in lines if "RACECHECK SUMMARY" in x]
     print(f"# pvm-dist native engine on {gpu.split(',')[0]}\n")
     print(f"- GPU, driver, memory, max SM clock: {gpu}")
     print(f"- commit: {commit or 'unknown'}; date: {datetime.date.today()}")
@@ -28,12 +30,14 @@ def main(out_dir: str) -> None:
         print(f"- measured copy bandwidth: {rows[0]['bandwidth_gb_per_s']:,.0f} GB/s (read + write)")
     if tests:
         print(f"- GPU tests: {tests[-1]}")
-    print("\n| spec | frames | n_seq | steps/s | frames/s | GB/s | GFLOP/s | floor steps/s | ratio | bound | phases (µs) |")
+    if racecheck:
+        print(f"- compute-sanitizer on the fused passes: {racecheck[-1]}")
+    print("\n| spec | frames | n_seq | steps/s | frames/s | GB/s | GFLOP/s | roofline frames/s | ratio | bound | phases (µs) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         phases = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in r.get("phases_ms", {}).items())
         print(f"| {r['spec']} | {r.get('frames', 'host')} | {r['n_seq']} | {r['steps_per_s']:,.1f} | {r['frames_per_s']:,.0f} | {r['achieved_gb_per_s']:,.0f} | "
-              f"{r['achieved_gflop_per_s']:,.0f} | {r['floor_steps_per_s']:,.0f} | {r['ratio_to_floor']:.1%} | {r['bound']} | {phases} |")
+              f"{r['achieved_gflop_per_s']:,.0f} | {r['floor_steps_per_s'] * r['n_seq']:,.0f} | {r['ratio_to_floor']:.1%} | {r['bound']} | {phases} |")
 
 
 if __name__ == "__main__":

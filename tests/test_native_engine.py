@@ -108,7 +108,10 @@ def test_native_rejects_bad_devices():
 # --- on a GPU ---------------------------------------------------------------------------------
 # The oracle is the reference engine where numpy is quick enough (tiny; small and med at n_seq = 1)
 # and otherwise the native CPU engine, which the CPU tests above hold to 1e-5 of the reference.
-GPU_CASES = [(name, n, d) for name in ("tiny", "small", "med") for n in (1, 4, 64) for d in ("original", "exact")]
+# Every compile-time sequence bucket of the fused row passes (2, 4, 8, 16, 32; 3 and 17 fill a bucket
+# partly) and the tiled products above them, on tiny and small; med at 1, 4 and 64.
+GPU_SEQS = {"tiny": (1, 2, 3, 4, 8, 16, 17, 32, 64), "small": (1, 2, 3, 4, 8, 16, 17, 32, 64), "med": (1, 4, 64)}
+GPU_CASES = [(name, n, d) for name, seqs in GPU_SEQS.items() for n in seqs for d in ("original", "exact")]
 
 
 def gpu_oracle(name: str, n_seq: int) -> str:
@@ -118,7 +121,7 @@ def gpu_oracle(name: str, n_seq: int) -> str:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,n_seq,derivative", GPU_CASES)
 def test_native_cuda_matches_oracle(name, n_seq, derivative):
-    steps = 200 if (name == "tiny" or n_seq < 64) else 60
+    steps = 200 if (name == "tiny" or n_seq <= 16) else 60
     spec = transitions(name, steps).with_overrides({"derivative": derivative})
     frames = random_frames(spec, steps, n_seq=n_seq, seed=1)
     oracle = gpu_oracle(name, n_seq)
@@ -132,6 +135,15 @@ def test_native_cuda_matches_oracle(name, n_seq, derivative):
     print(f"{name} n_seq={n_seq} {derivative} vs {oracle}: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
     assert max(errs.values()) <= 1e-4, errs
     np.testing.assert_allclose(gpu.metrics()["mse_two_step"], ref.metrics()["mse_two_step"], rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_seq", [3, 16])
+def test_native_cuda_feed_context_matches_reference(n_seq):
+    """Feed-context mode gives W1 rows of H+1+H|ctx| (a warp per row in the fused passes)."""
+    spec = transitions("tiny", 80).with_overrides({"feed_context_in_complex_layer": "1", "opt_abs_diff": "1"})
+    ref, gpu = run_pair(spec, n_seq, 80, "cuda")
+    assert max(relative_errors(ref.state(), gpu.state()).values()) <= 1e-4
 
 
 @pytest.mark.gpu
@@ -153,7 +165,7 @@ def test_native_cuda_tiles_cover_any_shape(hidden_block):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n_seq", [1, 4, 64, 200])
+@pytest.mark.parametrize("n_seq", [1, 3, 4, 16, 64, 200])
 def test_native_cuda_is_bit_identical(n_seq):
     spec = transitions("small", 50)
     frames = random_frames(spec, 50, n_seq=n_seq)

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <stdexcept>
+#include <type_traits>
 
 #include "pvm/cuda_check.h"
 #include "pvm/cuda_graph.h"
@@ -15,10 +16,52 @@ namespace pvm {
 
 namespace {
 
-constexpr int64_t kFusedSeqs = 4;  // up to this many sequences, one fused pass per weight row
-
 int blocks_for(int64_t n, int threads = kernels::kThreads) {
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 1 << 20)));
+}
+
+// Up to this many sequences, one fused pass per weight row serves them all (weight_pass_multi);
+// above, the tiled products. Measured on an H200 (small.json, benchmarks/NOTES.md): fused 40.6k
+// frames/s at n_seq 16 against 25.8k tiled; at 32 the tiled products win (46.6k against 38.7k).
+constexpr int64_t kFusedSeqs = 16;
+constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
+
+// Calls f(std::integral_constant<int, NS>) for the compile-time sequence bucket NS >= n (n <= kFusedSeqs).
+template <class F>
+void by_bucket(int64_t n, F&& f) {
+    static_assert(kFusedSeqs == 16, "the buckets end at kFusedSeqs");
+    if (n <= 1) return f(std::integral_constant<int, 1>{});
+    if (n <= 2) return f(std::integral_constant<int, 2>{});
+    if (n <= 4) return f(std::integral_constant<int, 4>{});
+    if (n <= 8) return f(std::integral_constant<int, 8>{});
+    return f(std::integral_constant<int, 16>{});
+}
+
+// The blocks of the fused row pass (weight_pass_multi): every unit's rows split into near-equal runs of
+// at most per_block, as (unit, first row, end row) within the unit, the units of longest rows first.
+std::vector<int32_t> row_blocks(int64_t n_units, int per_block, const std::function<int64_t(int64_t)>& rows,
+                                const std::function<int64_t(int64_t)>& length) {
+    std::vector<std::array<int64_t, 4>> blocks;  // (length, unit, r0, r1)
+    for (int64_t u = 0; u < n_units; ++u) {
+        const int64_t R = rows(u), parts = (R + per_block - 1) / per_block;
+        for (int64_t p = 0; p < parts; ++p) blocks.push_back({length(u), u, p * R / parts, (p + 1) * R / parts});
+    }
+    std::stable_sort(blocks.begin(), blocks.end(), [](const auto& x, const auto& y) { return x[0] > y[0]; });
+    std::vector<int32_t> out;
+    for (const auto& b : blocks)
+        out.insert(out.end(), {static_cast<int32_t>(b[1]), static_cast<int32_t>(b[2]), static_cast<int32_t>(b[3])});
+    return out;
+}
+
+// The fused row pass for 2 <= n <= kFusedSeqs sequences, G lanes per row, D columns per lane per staged chunk.
+template <class Row, int G, int D>
+void launch_multi(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, cudaStream_t stream) {
+    by_bucket(n, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value < 2 ? 2 : decltype(bucket)::value;
+        kernels::weight_pass_multi<Row, G, NS, D>
+            <<<static_cast<unsigned>(blocks.size() / 3), kernels::kThreads, 0, stream>>>(a, blocks.data());
+    });
+    PVM_CUDA_CHECK_LAUNCH();
 }
 
 // The tiles of one many-sequence product (tiled_products.cuh): for every unit, its M x N output in
@@ -81,6 +124,15 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     x_kind_ = DeviceBuffer<int8_t>(t.x_kind);
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
+    if (n > 1 && n <= kFusedSeqs) {
+        const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
+        w0_rows_ = DeviceBuffer<int32_t>(row_blocks(
+            t.n_units, kernels::kThreads / kernels::kWarp, [&](int64_t) { return t.hidden; },
+            [&](int64_t u) { return t.inputs(u); }));
+        w1_rows_ = DeviceBuffer<int32_t>(row_blocks(
+            t.n_units, kernels::kThreads / w1_lanes, [&](int64_t u) { return t.outputs(u); },
+            [&](int64_t u) { return t.hidden_len(u); }));
+    }
     if (n > kFusedSeqs) {
         std::function<int64_t(int64_t)> hidden = [&](int64_t) { return t.hidden; },
                                          seqs = [&](int64_t) { return n; },
@@ -258,28 +310,33 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     if (n > kFusedSeqs) {
         enqueue_products(a, mark);
     } else {
-        constexpr int kSeqs = static_cast<int>(kFusedSeqs);
         output_deltas<<<blocks_for(t.y_total), T, 0, stream_>>>(a);
         PVM_CUDA_CHECK_LAUNCH();
-        hidden_deltas<<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
+        by_bucket(n, [&](auto bucket) {
+            hidden_deltas<decltype(bucket)::value><<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
+        });
         PVM_CUDA_CHECK_LAUNCH();
         accumulate_metrics<<<static_cast<unsigned>(2 * t.n_layers), kWarp, 0, stream_>>>(a);
         PVM_CUDA_CHECK_LAUNCH();
         mark("deltas");
+        const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
         if (n == 1) {
             weight_pass_single<RowW0, kWarp><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
+            PVM_CUDA_CHECK_LAUNCH();
+            mark("w0 forward+update");
+            if (long_w1_rows) {
+                weight_pass_single<RowW1, kWarp><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
+            } else {
+                weight_pass_single<RowW1, kW1Lanes><<<blocks_for(t.y_total * kW1Lanes), T, 0, stream_>>>(a);
+            }
         } else {
-            weight_pass<RowW0, kSeqs><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
-        }
-        PVM_CUDA_CHECK_LAUNCH();
-        mark("w0 forward+update");
-        const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
-        if (n == 1 && long_w1_rows) {
-            weight_pass_single<RowW1, kWarp><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
-        } else if (n == 1) {
-            weight_pass_single<RowW1, 8><<<blocks_for(t.y_total * 8), T, 0, stream_>>>(a);
-        } else {
-            weight_pass<RowW1, kSeqs><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
+            launch_multi<RowW0, kWarp, 4>(n, w0_rows_, a, stream_);
+            mark("w0 forward+update");
+            if (long_w1_rows) {
+                launch_multi<RowW1, kWarp, 4>(n, w1_rows_, a, stream_);
+            } else {
+                launch_multi<RowW1, kW1Lanes, 8>(n, w1_rows_, a, stream_);
+            }
         }
         PVM_CUDA_CHECK_LAUNCH();
         mark("w1 forward+update");

@@ -221,47 +221,81 @@ __global__ void accumulate_metrics(StepArgs a) {
 }
 
 // delta_h = g(h(s-2)) * sum_j W1[j,k] delta_out_j with the current (pre-update) W1, stored multiplied
-// by the unit's rate as the update uses it. One block per unit: thread (g, k) sums the rows j = g mod
-// kRowGroups of column k (coalesced row reads), then the groups' sums combine in order g = 0, 1, ...
+// by the unit's rate as the update uses it. One block per unit, and W1 read once for up to NS
+// sequences (n_seq <= NS, a compile-time bucket): thread (g, k) sums the rows j = g mod kRowGroups of
+// column k for every sequence (coalesced row reads; delta_out reads are broadcasts), in P interleaved
+// partial sums per sequence; then the groups' sums combine in order g = 0, 1, ...
 constexpr int kRowGroups = 4, kColumns = kThreads / kRowGroups;
 
+template <int NS>
 __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
+    // U rows per unrolled trip; P interleaved partial sums per sequence: 4 for one or two sequences
+    // (for one, the order this kernel always summed in), one chain each from four on, where the
+    // sequences' chains give the adds their independence (workbench, H200: 4 sequences 22.7 -> 20.4 us,
+    // 16: 123 -> 56 us; 1 and 2 sequences slower with one chain: 14.8 -> 18.8 and 15.7 -> 25.5 us).
+    // Where the loads sit in the unrolled trip was measured too (the two comments in the loop).
+    constexpr int U = 4, P = NS <= 2 ? 4 : 1;
     const int64_t s = *a.step, u = blockIdx.x;
     const int old = ring_slot(s - 2);
     const int g = threadIdx.x / kColumns, col = threadIdx.x % kColumns;
+    const int n = static_cast<int>(a.n_seq);
     const int64_t H = a.hidden, K = a.h_off[u + 1] - a.h_off[u], M = a.y_off[u + 1] - a.y_off[u];
     const float* __restrict__ W1 = a.weights + a.w1_off[u];
+    const float* __restrict__ d = a.delta_out + a.y_off[u];
     const float lr = a.unit_lr[u];
-    __shared__ float part[kRowGroups][kColumns];
+    __shared__ float part[kRowGroups][NS][kColumns];
     sum_unit_errors(a, u);  // this unit's squared errors, for the metrics
 
-    for (int64_t q = 0; q < a.n_seq; ++q) {
-        const float* __restrict__ d = a.delta_out + q * a.y_total + a.y_off[u];
-        for (int64_t k0 = 0; k0 < H; k0 += kColumns) {
-            const int64_t k = k0 + col;
-            float eps = 0.0f;
-            if (k < H) {
-                // Four interleaved partial sums (rows g, g+4G, ... / g+G, g+5G, ...), combined in order.
-                float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                int64_t j = g;
-                for (; j + 3 * kRowGroups < M; j += 4 * kRowGroups) {
+    for (int64_t k0 = 0; k0 < H; k0 += kColumns) {
+        const int64_t k = k0 + col;
+        if (k < H) {
+            float p[P][NS];
 #pragma unroll
-                    for (int t = 0; t < 4; ++t) p[t] = __fadd_rn(p[t], __fmul_rn(W1[(j + t * kRowGroups) * K + k], d[j + t * kRowGroups]));
+            for (int t = 0; t < P; ++t)
+#pragma unroll
+                for (int q = 0; q < NS; ++q) p[t][q] = 0.0f;
+            int64_t j = g;
+            for (; j + (U - 1) * kRowGroups < M; j += U * kRowGroups) {
+                float w[U];  // with one chain per sequence, the U loads are written first (56 against 80 us at 16)
+#pragma unroll
+                for (int t = 0; t < U; ++t)
+                    if constexpr (P == 1) w[t] = W1[(j + t * kRowGroups) * K + k];
+#pragma unroll
+                for (int t = 0; t < U; ++t) {
+                    if constexpr (P != 1) w[t] = W1[(j + t * kRowGroups) * K + k];  // (14.8 against 18.8 us at 1)
+#pragma unroll
+                    for (int q = 0; q < NS; ++q)
+                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * kRowGroups]));
                 }
-                for (int t = 0; j < M; j += kRowGroups, ++t) p[t] = __fadd_rn(p[t], __fmul_rn(W1[j * K + k], d[j]));
-                eps = __fadd_rn(__fadd_rn(p[0], p[1]), __fadd_rn(p[2], p[3]));
             }
-            part[g][col] = eps;
-            __syncthreads();
-            if (g == 0 && k < H) {
-                float total = part[0][col];
-                for (int t = 1; t < kRowGroups; ++t) total = __fadd_rn(total, part[t][col]);
+            for (int t = 0; j < M; j += kRowGroups, ++t) {
+                const float w = W1[j * K + k];
+#pragma unroll
+                for (int tt = 0; tt < P; ++tt) {  // t % P as a compile-time index into p
+                    if (tt != t % P) continue;
+#pragma unroll
+                    for (int q = 0; q < NS; ++q)
+                        if (q < n) p[tt][q] = __fadd_rn(p[tt][q], __fmul_rn(w, d[q * a.y_total + j]));
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < NS; ++q) {
+                float e = p[0][q];  // P = 4: (p0 + p1) + (p2 + p3), as the one-sequence kernel always summed
+                if constexpr (P == 4) e = __fadd_rn(__fadd_rn(p[0][q], p[1][q]), __fadd_rn(p[2][q], p[3][q]));
+                part[g][q][col] = e;
+            }
+        }
+        __syncthreads();
+        if (g == 0 && k < H) {
+            for (int q = 0; q < n; ++q) {
+                float total = part[0][q][col];
+                for (int t = 1; t < kRowGroups; ++t) total = __fadd_rn(total, part[t][q][col]);
                 const float ho = a.h[(old * a.n_seq + q) * a.h_total + a.h_off[u] + k];
                 const float dh = delta(ho, total, a.polynomial, static_cast<Derivative>(a.derivative));
                 a.lr_delta_hidden[q * a.h_total + a.h_off[u] + k] = __fmul_rn(lr, dh);
             }
-            __syncthreads();
         }
+        __syncthreads();
     }
 }
 
@@ -286,6 +320,7 @@ __global__ void select_frame(const uint8_t* dataset, int64_t n_frames, int64_t f
 struct RowW0 {  // row (u, k) of W0: h(s)[k] = phi(W0[k,:] . x(s)); update with lr*dh(s-2) x x(s-2)
     __device__ static int64_t rows(const StepArgs& a) { return a.n_units * a.hidden; }
     __device__ static int64_t unit(const StepArgs& a, int64_t r) { return r / a.hidden; }
+    __device__ static int64_t first_row(const StepArgs& a, int64_t u) { return u * a.hidden; }
     __device__ static int64_t length(const StepArgs& a, int64_t u) { return a.x_off[u + 1] - a.x_off[u]; }
     __device__ static int64_t weight_base(const StepArgs& a, int64_t r, int64_t u, int64_t len) {
         return a.w0_off[u] + (r % a.hidden) * len;
@@ -304,6 +339,7 @@ struct RowW0 {  // row (u, k) of W0: h(s)[k] = phi(W0[k,:] . x(s)); update with 
 struct RowW1 {  // row (u, j) of W1: y(s)[j] = phi(W1[j,:] . h(s)); update with lr*do(s-2) x h(s-2)
     __device__ static int64_t rows(const StepArgs& a) { return a.y_total; }
     __device__ static int64_t unit(const StepArgs& a, int64_t r) { return a.y_unit[r]; }
+    __device__ static int64_t first_row(const StepArgs& a, int64_t u) { return a.y_off[u]; }
     __device__ static int64_t length(const StepArgs& a, int64_t u) { return a.h_off[u + 1] - a.h_off[u]; }
     __device__ static int64_t weight_base(const StepArgs& a, int64_t r, int64_t u, int64_t len) {
         return a.w1_off[u] + (r - a.y_off[u]) * len;
@@ -319,81 +355,123 @@ struct RowW1 {  // row (u, j) of W1: y(s)[j] = phi(W1[j,:] . h(s)); update with 
     }
 };
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
+// Asynchronous 4-byte copy global -> shared (sm_80+); src_bytes 0 fills zero and reads nothing.
+__device__ __forceinline__ void copy_async4(float* dst, const float* src, bool valid) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
 }
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int Pending>
+__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending)); }
 
-// The update's g = mean over sequences of fl32(lr*delta * a), summed in sequence order.
-template <class Row>
-__device__ __forceinline__ float mean_update(const StepArgs& a, int old, int64_t r, int64_t u, int64_t i) {
-    if (a.n_seq == 1) return __fmul_rn(Row::lr_delta(a, 0, r, u), Row::input(a, old, 0, u)[i]);
-    float sum = 0.0f;
-    for (int64_t q = 0; q < a.n_seq; ++q) sum = __fadd_rn(sum, __fmul_rn(Row::lr_delta(a, q, r, u), Row::input(a, old, q, u)[i]));
-    return __fdiv_rn(sum, static_cast<float>(a.n_seq));
-}
-
-template <class Row, int kSeqs>
-__global__ void __launch_bounds__(kThreads) weight_pass(StepArgs a) {
-    const int64_t r = global_thread() / kWarp;
-    const int lane = threadIdx.x % kWarp;
-    if (r >= Row::rows(a)) return;  // whole warps exit together
+// 2 <= n_seq <= NS (a compile-time bucket): one pass over W and V per step serves every sequence.
+// A block takes rows [r0, r1) of one unit (listed by the host as (unit, r0, r1)), G lanes per row.
+// The unit's inputs of step s and s-2 for all sequences are staged in shared memory a chunk of
+// C = D*G columns at a time, so the rows of a block read them from L2 once instead of once per row
+// (unstaged, they moved 2*n_seq*4 bytes of L2 traffic per weight: 34% of the copy rate at n_seq 4).
+// Two stages: chunk c+1's inputs are copied asynchronously (cp.async) and its W and V loaded into
+// registers while chunk c is computed. From that one read of W and V, each lane computes the forward
+// sums of step s with the old W and the momentum update with
+// g = (sum over sequences, in order, of lr*delta * a(s-2)) * (1/n_seq). Each row's lr*delta of every
+// sequence sits in registers. Sequences past n_seq in the bucket are staged as zeros.
+template <class Row, int G, int NS, int D>
+__global__ void __launch_bounds__(kThreads, NS <= 4 ? 3 : 2) weight_pass_multi(StepArgs a, const int32_t* __restrict__ blocks) {
+    static_assert(G >= 1 && G <= kWarp && (kWarp % G) == 0, "G divides the warp");
+    constexpr int C = D * G;
+    constexpr int kPass = kThreads / C;  // sequences staged per pass of the block
+    static_assert(kThreads % C == 0, "a pass of the block stages whole columns");
+    __shared__ float xs[2][2][NS][C];  // [stage][0: inputs of step s, 1: of step s-2][sequence][column]
+    const int64_t u = blocks[3 * blockIdx.x];
+    const int64_t r = Row::first_row(a, u) + blocks[3 * blockIdx.x + 1] + threadIdx.x / G;
+    const bool live_row = blocks[3 * blockIdx.x + 1] + static_cast<int>(threadIdx.x / G) < blocks[3 * blockIdx.x + 2];
+    const int lane = static_cast<int>(threadIdx.x % G);
+    const unsigned mask = G == kWarp ? 0xffffffffu : (((1u << G) - 1u) << ((threadIdx.x % kWarp) / G * G));
     const int64_t s = *a.step;
     const int cur = ring_slot(s), old = ring_slot(s - 2);
-    const int64_t u = Row::unit(a, r), len = Row::length(a, u), base = Row::weight_base(a, r, u, len);
-    float* W = a.weights + base;
-    float* V = a.velocity + base;
-    const float lr = a.unit_lr[u], mu = a.unit_mu[u];
+    const int n = static_cast<int>(a.n_seq);
+    const int64_t len = Row::length(a, u), base = Row::weight_base(a, live_row ? r : Row::first_row(a, u), u, len);
+    float* __restrict__ W = a.weights + base;
+    float* __restrict__ V = a.velocity + base;
+    const float* __restrict__ in = Row::input(a, cur, 0, u);  // sequence q at in + q * stride
+    const float* __restrict__ in_old = Row::input(a, old, 0, u);
+    const int stride = static_cast<int>(Row::input(a, cur, 1, u) - in);
+    const float lr = a.unit_lr[u], mu = a.unit_mu[u], inv_n = 1.0f / static_cast<float>(n);
     const bool active = !(lr == 0.0f && mu == 0.0f);
-    const bool fused = a.n_seq <= kSeqs;  // forward and update in one pass over the row
-
-    // Forward dot products, kSeqs sequences at a time (one pass when n_seq <= kSeqs).
-    for (int64_t q0 = 0; q0 < a.n_seq; q0 += kSeqs) {
-        float acc[kSeqs];
-        const float* in[kSeqs];
+    float ld[NS], acc[NS];
 #pragma unroll
-        for (int t = 0; t < kSeqs; ++t) {
-            acc[t] = 0.0f;
-            in[t] = Row::input(a, cur, q0 + t < a.n_seq ? q0 + t : q0, u);
+    for (int q = 0; q < NS; ++q) {
+        ld[q] = (q < n && live_row) ? Row::lr_delta(a, q, r, u) : 0.0f;
+        acc[q] = 0.0f;
+    }
+    const int stage_col = static_cast<int>(threadIdx.x % C), stage_seq = static_cast<int>(threadIdx.x / C);
+    float w_next[D], v_next[D];
+    auto fetch = [&](int64_t c0, int stage) {  // chunk c0: W, V into registers; the inputs into xs[stage]
+        const int width = static_cast<int>(len - c0 < C ? len - c0 : C);
+#pragma unroll
+        for (int t = 0; t < D; ++t) {
+            const int c = lane + t * G;
+            w_next[t] = (live_row && c < width) ? W[c0 + c] : 0.0f;
+            v_next[t] = (live_row && c < width) ? V[c0 + c] : 0.0f;
         }
-        const int live = static_cast<int>(a.n_seq - q0 < kSeqs ? a.n_seq - q0 : kSeqs);
-#pragma unroll 2
-        for (int64_t i = lane; i < len; i += kWarp) {
-            const float w = W[i];
+        // Thread (h, c) copies column c of sequences h, h + kPass, ... (sequences past n_seq as zeros:
+        // a spare sequence of the bucket then adds nothing).
+        const bool col_ok = stage_col < width;
+#pragma unroll 4
+        for (int q = stage_seq; q < NS; q += kPass) {
+            const bool valid = col_ok && q < n;
+            const int64_t at = valid ? static_cast<int64_t>(q) * stride + c0 + stage_col : 0;
+            copy_async4(&xs[stage][0][q][stage_col], in + at, valid);
+            copy_async4(&xs[stage][1][q][stage_col], in_old + at, valid);
+        }
+        copy_async_commit();
+    };
+    fetch(0, 0);
+    int stage = 0;
+    for (int64_t c0 = 0; c0 < len; c0 += C, stage ^= 1) {
+        const int width = static_cast<int>(len - c0 < C ? len - c0 : C);
+        float w[D], v[D];
 #pragma unroll
-            for (int t = 0; t < kSeqs; ++t)
-                if (t < live) acc[t] = __fadd_rn(acc[t], __fmul_rn(w, in[t][i]));
-            if (fused) {
-                float v = V[i];
+        for (int t = 0; t < D; ++t) {
+            w[t] = w_next[t];
+            v[t] = v_next[t];
+        }
+        if (c0 + C < len) {
+            fetch(c0 + C, stage ^ 1);
+            copy_async_wait<1>();  // this chunk's inputs have landed; the next chunk's may still fly
+        } else {
+            copy_async_wait<0>();
+        }
+        __syncthreads();
+        if (live_row) {
+#pragma unroll
+            for (int t = 0; t < D; ++t) {
+                const int c = lane + t * G;
+                if (c >= width) break;
+                float g = 0.0f;
+#pragma unroll
+                for (int q = 0; q < NS; ++q) {  // no predicates: a spare sequence has inputs 0 and lr*delta 0
+                    acc[q] = __fmaf_rn(w[t], xs[stage][0][q][c], acc[q]);
+                    g = __fmaf_rn(ld[q], xs[stage][1][q][c], g);
+                }
                 if (active) {
-                    v = __fmaf_rn(mu, v, mean_update<Row>(a, old, r, u, i));
-                    W[i] = __fadd_rn(w, v);
-                    V[i] = v;
-                } else if (v != 0.0f) {
-                    V[i] = 0.0f;  // a unit not yet enabled: its update is zero
+                    const float vn = __fmaf_rn(mu, v[t], __fmul_rn(g, inv_n));
+                    W[c0 + c] = __fadd_rn(w[t], vn);
+                    V[c0 + c] = vn;
+                } else if (v[t] != 0.0f) {
+                    V[c0 + c] = 0.0f;  // a unit not yet enabled: its update is zero
                 }
             }
         }
-#pragma unroll
-        for (int t = 0; t < kSeqs; ++t) {
-            if (t >= live) break;
-            const float total = warp_sum(acc[t]);
-            if (lane == 0) *Row::output(a, cur, q0 + t, r, u) = activation(total, a.polynomial);
-        }
+        __syncthreads();  // xs[stage] is refilled two chunks on
     }
-    if (fused) return;
-    for (int64_t i = lane; i < len; i += kWarp) {  // many sequences: the update in a second pass
-        float v = V[i];
-        if (active) {
-            v = __fmaf_rn(mu, v, mean_update<Row>(a, old, r, u, i));
-            W[i] = __fadd_rn(W[i], v);
-            V[i] = v;
-        } else if (v != 0.0f) {
-            V[i] = 0.0f;
-        }
+    if (!live_row) return;  // whole groups leave together
+#pragma unroll
+    for (int q = 0; q < NS; ++q) {
+        float total = acc[q];
+        for (int offset = G / 2; offset > 0; offset /= 2) total = __fadd_rn(total, __shfl_xor_sync(mask, total, offset, G));
+        if (lane == 0 && q < n) *Row::output(a, cur, q, r, u) = activation(total, a.polynomial);
     }
 }
-
 
 // n_seq = 1: groups of G lanes per row (G = 32 for W0's long rows, 8 for W1's rows of H+1).
 template <class Row, int G>

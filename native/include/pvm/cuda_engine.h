@@ -70,6 +70,8 @@ private:
     // Tiles of the many-sequence products (tiled_products.cuh): (unit, first m, first n), heaviest first.
     // Tiles of the many-sequence products (tiled_products.cuh): (unit, first m, first n), longest sums first.
     DeviceBuffer<int32_t> w0_forward_, w1_forward_, hidden_deltas_, w0_update_, w1_update_;
+    // Blocks of the fused row passes for 2..16 sequences: (unit, first row, end row).
+    DeviceBuffer<int32_t> w0_rows_, w1_rows_;
 
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;

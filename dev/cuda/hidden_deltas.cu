@@ -1,0 +1,126 @@
+// Workbench: the per-unit hidden deltas for 1..16 sequences (hidden_deltas<NS> in
+// native/src/step_kernels.cuh), against a CPU reference, and timed.
+// small.json-like: 265 units, W1 blocks of M x 50 (M of 150..399 outputs), 49 hidden rows.
+// Checks lr * g(h(s-2)) * sum_j W1[j,k] delta_out[q,j] for every sequence and the per-unit squared
+// error sums, then reports the W1 read rate (W1 is read once for all sequences).
+//   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o hidden_deltas hidden_deltas.cu
+//   ./hidden_deltas [n_seq ...]        (default: 1 2 3 4 8 13 16)
+#include "common.h"
+#include "../../native/src/step_kernels.cuh"
+
+using namespace pvm;
+using namespace pvm::kernels;
+
+namespace {
+
+constexpr int64_t kUnits = 265, kHidden = 49, kK = kHidden + 1;
+
+template <int NS>
+void launch(const StepArgs& a) {
+    hidden_deltas<NS><<<static_cast<unsigned>(kUnits), kThreads>>>(a);
+}
+
+void launch_bucket(const StepArgs& a, int64_t n) {
+    if (n <= 1) launch<1>(a);
+    else if (n <= 2) launch<2>(a);
+    else if (n <= 4) launch<4>(a);
+    else if (n <= 8) launch<8>(a);
+    else launch<16>(a);
+}
+
+bool check_and_time(int64_t n) {
+    std::vector<int64_t> y_off{0}, h_off{0}, w1_off{0};
+    for (int64_t u = 0; u < kUnits; ++u) {
+        const int64_t m = 150 + (u * 29) % 250;
+        y_off.push_back(y_off.back() + m);
+        h_off.push_back(h_off.back() + kK);
+        w1_off.push_back(w1_off.back() + m * kK);
+    }
+    const int64_t y_total = y_off.back(), h_total = h_off.back(), n_w = w1_off.back();
+    const int64_t step = 7;
+    const int old = static_cast<int>((step - 2) % kRing);
+    std::vector<float> w(n_w), d(n * y_total), h(kRing * n * h_total), lr(kUnits), out(n * h_total, -7.0f);
+    fill_uniform(w, -0.1f, 0.1f, 11);
+    fill_uniform(d, -0.05f, 0.05f, 12);
+    fill_uniform(h, 0.05f, 0.95f, 13);
+    fill_uniform(lr, 0.001f, 0.003f, 14);
+    std::vector<double> err_sq(y_total);
+    for (int64_t j = 0; j < y_total; ++j) err_sq[j] = 0.001 * static_cast<double>(j % 13);
+
+    std::vector<double> want(n * h_total, 0.0), unit_want(2 * kUnits, 0.0);
+    std::vector<bool> mask(n * h_total, false);
+    for (int64_t u = 0; u < kUnits; ++u) {
+        const int64_t M = y_off[u + 1] - y_off[u];
+        for (int64_t q = 0; q < n; ++q)
+            for (int64_t k = 0; k < kHidden; ++k) {
+                double eps = 0.0;
+                for (int64_t j = 0; j < M; ++j)
+                    eps += static_cast<double>(w[w1_off[u] + j * kK + k]) * d[q * y_total + y_off[u] + j];
+                const float ho = h[(old * n + q) * h_total + h_off[u] + k];
+                const int64_t o = q * h_total + h_off[u] + k;
+                want[o] = static_cast<double>(lr[u]) * delta(ho, static_cast<float>(eps), true, Derivative::Original);
+                mask[o] = true;
+            }
+        for (int64_t j = 0; j < M; ++j) unit_want[2 * u + (j < M / 2 ? 0 : 1)] += err_sq[y_off[u] + j];
+    }
+
+    StepArgs a{};
+    a.n_seq = n;
+    a.n_units = kUnits;
+    a.hidden = kHidden;
+    a.y_total = y_total;
+    a.h_total = h_total;
+    a.polynomial = true;
+    a.derivative = static_cast<int>(Derivative::Original);
+    a.y_off = to_device(y_off);
+    a.h_off = to_device(h_off);
+    a.w1_off = to_device(w1_off);
+    a.weights = to_device(w);
+    a.delta_out = to_device(d);
+    a.h = to_device(h);
+    a.unit_lr = to_device(lr);
+    a.lr_delta_hidden = to_device(out);
+    a.error_sq = to_device(err_sq);
+    a.unit_error = to_device(std::vector<double>(2 * kUnits, -1.0));
+    a.layer_unit_range = to_device(std::vector<int64_t>{0, 0});  // no layer-0 units: no baseline sums
+    a.step = to_device(std::vector<int64_t>{step});
+    launch_bucket(a, n);
+    CHECK_LAUNCH();
+    CHECK(cudaDeviceSynchronize());
+    const auto got = to_host(a.lr_delta_hidden, out.size());
+    const auto unit_got = to_host(a.unit_error, 2 * kUnits);
+    std::printf("n_seq %ld\n", static_cast<long>(n));
+    bool ok = report_check("lr * delta_h", relative_error(got, want, mask), 1e-5);
+    std::vector<float> unit_f(unit_got.begin(), unit_got.end());
+    ok &= report_check("unit error sums", relative_error(unit_f, unit_want), 1e-6);
+    bool untouched = true;
+    for (size_t i = 0; i < got.size(); ++i)
+        if (!mask[i] && got[i] != -7.0f) untouched = false;
+    std::printf("  %-28s %s\n", "bias entries untouched", untouched ? "ok" : "FAIL");
+    ok &= untouched;
+    const double us = time_us([&] { launch_bucket(a, n); });
+    std::printf("  %.1f us, W1 read at %.2f TB/s, %.1f us per sequence\n", us, 4.0 * n_w / (us * 1e-6) / 1e12, us / n);
+    for (const void* p : {(const void*)a.y_off, (const void*)a.h_off, (const void*)a.w1_off, (const void*)a.weights,
+                          (const void*)a.delta_out, (const void*)a.h, (const void*)a.unit_lr, (const void*)a.lr_delta_hidden,
+                          (const void*)a.error_sq, (const void*)a.unit_error, (const void*)a.layer_unit_range,
+                          (const void*)a.step})
+        CHECK(cudaFree(const_cast<void*>(p)));
+    return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<int64_t> seqs;
+    for (int i = 1; i < argc; ++i) seqs.push_back(std::atoll(argv[i]));
+    if (seqs.empty()) seqs = {1, 2, 3, 4, 8, 13, 16};
+    for (int64_t n : seqs)
+        if (n < 1 || n > 16) {
+            std::fprintf(stderr, "n_seq must be 1..16, not %ld\n", static_cast<long>(n));
+            return 2;
+        }
+    bool ok = true;
+    for (int64_t n : seqs) ok &= check_and_time(n);
+    std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,167 @@
+// Workbench: the fused W0 row pass for 2..16 sequences (weight_pass_multi in
+// native/src/step_kernels.cuh, the engine's own code), against a CPU reference, and timed.
+// One step of the W0 rows of a small.json-like layer stack: 265 units of 49 hidden rows, inputs of
+// unequal lengths (rows start at every alignment). Checks h(s) = phi(W0 x(s)) and the momentum update
+// with the (s-2) inputs for every n_seq given, then times each and reports the weight traffic
+// (16 bytes per weight: W, V read and written) against the device-to-device copy bandwidth.
+//   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o weight_pass_multi weight_pass_multi.cu
+//   ./weight_pass_multi [n_seq ...]        (default: 2 3 4 8 13 16)
+#include "common.h"
+#include "../../native/src/step_kernels.cuh"
+
+using namespace pvm;
+using namespace pvm::kernels;
+
+namespace {
+
+constexpr int64_t kUnits = 265, kHidden = 49;
+
+struct Layout {
+    std::vector<int64_t> x_off{0}, h_off{0}, w0_off{0};
+    int64_t x_total = 0, h_total = 0, n_weights = 0;
+    Layout() {
+        for (int64_t u = 0; u < kUnits; ++u) {
+            const int64_t len = 700 + (u * 37) % 800;  // 700..1499 inputs; odd and even lengths
+            x_off.push_back(x_off.back() + len);
+            h_off.push_back(h_off.back() + kHidden + 1);
+            w0_off.push_back(w0_off.back() + kHidden * len);
+        }
+        x_total = x_off.back();
+        h_total = h_off.back();
+        n_weights = w0_off.back();
+    }
+};
+
+// (unit, first row, end row) blocks of at most 8 rows, as row_blocks in cuda_engine.cu builds them.
+std::vector<int32_t> row_blocks() {
+    std::vector<int32_t> out;
+    const int64_t parts = (kHidden + 7) / 8;
+    for (int64_t u = 0; u < kUnits; ++u)
+        for (int64_t p = 0; p < parts; ++p)
+            out.insert(out.end(), {static_cast<int32_t>(u), static_cast<int32_t>(p * kHidden / parts),
+                                   static_cast<int32_t>((p + 1) * kHidden / parts)});
+    return out;
+}
+
+template <int NS>
+void launch(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
+    weight_pass_multi<RowW0, kWarp, NS, 4><<<static_cast<unsigned>(n_blocks), kThreads>>>(a, blocks);
+}
+
+void launch_bucket(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, int64_t n) {
+    if (n <= 2) launch<2>(a, blocks, n_blocks);
+    else if (n <= 4) launch<4>(a, blocks, n_blocks);
+    else if (n <= 8) launch<8>(a, blocks, n_blocks);
+    else launch<16>(a, blocks, n_blocks);
+}
+
+bool check_and_time(const Layout& L, int64_t n, double copy_bw) {
+    const int64_t step = 5;  // ring slots: cur = 2, old = 0
+    const int cur = static_cast<int>(step % kRing), old = static_cast<int>((step - 2) % kRing);
+    std::vector<float> w(L.n_weights), v(L.n_weights), x(kRing * n * L.x_total), h(kRing * n * L.h_total, -7.0f),
+        ldh(n * L.h_total), lr(kUnits), mu(kUnits);
+    fill_uniform(w, -0.1f, 0.1f, 1);
+    fill_uniform(v, -0.01f, 0.01f, 2);
+    fill_uniform(x, 0.1f, 0.9f, 3);
+    fill_uniform(ldh, -0.01f, 0.01f, 4);
+    fill_uniform(mu, 0.05f, 0.15f, 5);
+    for (int64_t u = 0; u < kUnits; ++u) lr[u] = u % 17 == 0 ? 0.0f : 0.002f;  // some units not yet learning
+    for (int64_t u = 0; u < kUnits; u += 17) mu[u] = 0.0f;
+
+    // CPU reference in double.
+    std::vector<double> h_ref(n * L.h_total, 0.0), w_ref(L.n_weights), v_ref(L.n_weights);
+    std::vector<bool> h_mask(n * L.h_total, false);
+    for (int64_t u = 0; u < kUnits; ++u) {
+        const int64_t len = L.x_off[u + 1] - L.x_off[u];
+        const bool active = !(lr[u] == 0.0f && mu[u] == 0.0f);
+        for (int64_t k = 0; k < kHidden; ++k) {
+            const int64_t base = L.w0_off[u] + k * len;
+            for (int64_t q = 0; q < n; ++q) {
+                const float* xq = &x[(cur * n + q) * L.x_total + L.x_off[u]];
+                double sum = 0.0;
+                for (int64_t i = 0; i < len; ++i) sum += static_cast<double>(w[base + i]) * xq[i];
+                const int64_t o = q * L.h_total + L.h_off[u] + k;
+                h_ref[o] = activation(static_cast<float>(sum), true);
+                h_mask[o] = true;
+            }
+            for (int64_t i = 0; i < len; ++i) {
+                double g = 0.0;
+                for (int64_t q = 0; q < n; ++q)
+                    g += static_cast<double>(ldh[q * L.h_total + L.h_off[u] + k]) *
+                         x[(old * n + q) * L.x_total + L.x_off[u] + i];
+                const double vv = active ? static_cast<double>(mu[u]) * v[base + i] + g / n : 0.0;
+                v_ref[base + i] = vv;
+                w_ref[base + i] = active ? w[base + i] + vv : w[base + i];
+            }
+        }
+    }
+
+    StepArgs a{};
+    a.n_seq = n;
+    a.n_units = kUnits;
+    a.hidden = kHidden;
+    a.x_total = L.x_total;
+    a.h_total = L.h_total;
+    a.polynomial = true;
+    a.x_off = to_device(L.x_off);
+    a.h_off = to_device(L.h_off);
+    a.w0_off = to_device(L.w0_off);
+    a.weights = to_device(w);
+    a.velocity = to_device(v);
+    a.x = to_device(x);
+    a.h = to_device(h);
+    a.lr_delta_hidden = to_device(ldh);
+    a.unit_lr = to_device(lr);
+    a.unit_mu = to_device(mu);
+    a.step = to_device(std::vector<int64_t>{step});
+    const std::vector<int32_t> host_blocks = row_blocks();
+    const int64_t n_blocks = static_cast<int64_t>(host_blocks.size() / 3);
+    int32_t* blocks = to_device(host_blocks);
+    launch_bucket(a, blocks, n_blocks, n);
+    CHECK_LAUNCH();
+    CHECK(cudaDeviceSynchronize());
+    const auto h_got = to_host(a.h, h.size()), w_got = to_host(a.weights, w.size()), v_got = to_host(a.velocity, v.size());
+    std::vector<float> h_cur(h_got.begin() + cur * n * L.h_total, h_got.begin() + (cur + 1) * n * L.h_total);
+    std::printf("n_seq %ld (bucket %d)\n", static_cast<long>(n), n <= 2 ? 2 : n <= 4 ? 4 : n <= 8 ? 8 : 16);
+    bool ok = report_check("h(s) = phi(W0 x(s))", relative_error(h_cur, h_ref, h_mask), 1e-6);
+    ok &= report_check("W0 after the update", relative_error(w_got, w_ref), 1e-6);
+    ok &= report_check("V after the update", relative_error(v_got, v_ref), 1e-5);
+    bool untouched = true;  // the hidden entries no row writes (bias slots) and other ring slots stay as poisoned
+    for (int64_t i = 0; i < static_cast<int64_t>(h_got.size()); ++i) {
+        const bool written = i / (n * L.h_total) == cur && h_mask[i % (n * L.h_total)];
+        if (!written && h_got[i] != -7.0f) untouched = false;
+    }
+    std::printf("  %-28s %s\n", "nothing else written", untouched ? "ok" : "FAIL");
+    ok &= untouched;
+
+    const double us = time_us([&] { launch_bucket(a, blocks, n_blocks, n); });  // W, V keep changing: fine for timing
+    const double bytes = 16.0 * L.n_weights;
+    std::printf("  %.1f us, weight traffic %.2f TB/s = %.0f%% of copy; %.1f us per sequence\n", us, bytes / us * 1e-6,
+                100.0 * bytes / (us * 1e-6) / copy_bw, us / n);
+    for (const void* p : {(const void*)a.x_off, (const void*)a.h_off, (const void*)a.w0_off, (const void*)a.weights,
+                          (const void*)a.velocity, (const void*)a.x, (const void*)a.h, (const void*)a.lr_delta_hidden,
+                          (const void*)a.unit_lr, (const void*)a.unit_mu, (const void*)a.step, (const void*)blocks})
+        CHECK(cudaFree(const_cast<void*>(p)));
+    return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<int64_t> seqs;
+    for (int i = 1; i < argc; ++i) seqs.push_back(std::atoll(argv[i]));
+    if (seqs.empty()) seqs = {2, 3, 4, 8, 13, 16};
+    for (int64_t n : seqs)
+        if (n < 2 || n > 16) {
+            std::fprintf(stderr, "n_seq must be 2..16, not %ld\n", static_cast<long>(n));
+            return 2;
+        }
+    const Layout L;
+    const double copy_bw = copy_bandwidth(size_t{1} << 30);
+    std::printf("W0: %ld weights (%.1f MB of W and V); copy bandwidth %.2f TB/s\n", static_cast<long>(L.n_weights),
+                8.0 * L.n_weights / 1e6, copy_bw / 1e12);
+    bool ok = true;
+    for (int64_t n : seqs) ok &= check_and_time(L, n, copy_bw);
+    std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
+    return ok ? 0 : 1;
+}
