@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
 from pvm_dist._version import __version__
@@ -521,15 +520,20 @@ def evaluate_checkpoint(
 
 def main() -> None:
     """Console-script entry point: run the app and turn user errors into one line + exit 2."""
+    from pvm_dist.cli.usage import click_types, usage_line
+
     try:
         rc = app(standalone_mode=False)
-    except click.exceptions.Abort:
+    except click_types("Abort"):
         typer.echo("pvm-dist: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
+    except click_types("UsageError") as exc:
+        typer.echo(usage_line(exc), err=True)
+        sys.exit(2)
+    except click_types("ClickException") as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except click_types("Exit") as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:
         if _debug or not isinstance(exc, _user_errors()):

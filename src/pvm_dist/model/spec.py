@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pvm_dist.model.safe_load import TextFormatError, parse_json, read_text
+
 DERIVATIVE_MODES = ("original", "exact")
 
 #: Keys the original code reads but that do nothing there (pvm-algorithm.md §1.2).
@@ -343,13 +345,11 @@ def load_spec(spec: str | Path | Mapping[str, Any] | Spec, name: str | None = No
         return spec_from_mapping(spec, name=name or str(spec.get("name", "spec")))
     path = resolve_spec_path(spec)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = parse_json(read_text(path))  # bounded: size, depth, no repeated keys
     except OSError as exc:
         raise SpecError(str(path), None, f"cannot be read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise SpecError(str(path), None, "is not a UTF-8 text file") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(str(path), None, f"is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    except TextFormatError as exc:
+        raise SpecError(str(path), None, str(exc)) from None
     return spec_from_mapping(raw, name=name or path.stem, source=str(path))

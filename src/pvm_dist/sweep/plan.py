@@ -15,15 +15,14 @@ import dataclasses
 import difflib
 import itertools
 import math
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from pvm_dist.engine import BACKENDS
+from pvm_dist.model.safe_load import TextFormatError, parse_yaml, read_text
 from pvm_dist.model.spec import FIELDS, Spec, SpecError, load_spec
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.metrics import LAYER_METRIC, METRICS, SPEED_METRICS
@@ -214,17 +213,6 @@ class SweepSpec:
 # Loading
 
 
-class _Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+|\.[0-9_]+[eE][-+]?[0-9]+)$"),
-    list("-+0123456789."),
-)
-
-
 def load_sweep(source: str | Path | Mapping[str, Any], base_dir: Path | None = None) -> SweepSpec:
     """Read, check and return a sweep from a YAML file or a mapping; raise :class:`SweepError`.
 
@@ -242,19 +230,16 @@ def load_sweep(source: str | Path | Mapping[str, Any], base_dir: Path | None = N
 def _read_yaml(path: Path) -> Any:
     if not path.exists():
         raise SweepError(str(path), ["no such sweep file"])
+    if path.is_dir():
+        raise SweepError(str(path), ["is a folder, not a sweep file"])
     try:
-        text = path.read_text(encoding="utf-8")
+        return parse_yaml(read_text(path))  # bounded: no aliases, no repeated keys, limited depth and size
     except OSError as exc:
         raise SweepError(str(path), [f"cannot be read ({exc.strerror or exc})"]) from None
     except UnicodeDecodeError:
         raise SweepError(str(path), ["is not a UTF-8 text file"]) from None
-    try:
-        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no Python objects
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SweepError(str(path), [f"is not valid YAML ({problem}{where})"]) from None
+    except TextFormatError as exc:
+        raise SweepError(str(path), [str(exc)]) from None
 
 
 class _Checker:
