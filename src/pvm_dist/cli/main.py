@@ -45,13 +45,17 @@ class UserError(Exception):
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from pvm_dist.data import DataError
+    from pvm_dist.engine import DeviceUnavailable
+    from pvm_dist.engine.native_engine import NativeEngineUnavailable
     from pvm_dist.io.checkpoint import CheckpointError
+    from pvm_dist.model.budget import MemoryBudgetError
     from pvm_dist.model.spec import SpecError
     from pvm_dist.run.session import RunDiverged
     from pvm_dist.sweep.driver import SweepRunError
     from pvm_dist.sweep.plan import SweepError
 
     return (UserError, SpecError, CheckpointError, DataError, SweepError, SweepRunError, RunDiverged,
+            MemoryBudgetError, DeviceUnavailable, NativeEngineUnavailable,
             FileNotFoundError, PermissionError, IsADirectoryError)
 
 

@@ -15,6 +15,7 @@ from functools import cached_property
 
 import numpy as np
 
+from pvm_dist.model.budget import check_graph
 from pvm_dist.model.spec import Spec
 
 #: Hidden neurons of the readout MLP and the readout's output patch side = input_block_size (§4).
@@ -407,5 +408,7 @@ class Topology:
 
 
 def build_topology(spec: Spec) -> Topology:
-    """Build the graph of ``spec`` (a few ms for small, ~0.5 s for LARGE)."""
+    """Build the graph of ``spec`` (a few ms for small, ~0.5 s for LARGE); a graph that cannot fit in
+    this machine's memory is refused first (:func:`~pvm_dist.model.budget.check_graph`)."""
+    check_graph(spec)
     return Topology(spec)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import itertools
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,13 +22,23 @@ from typing import Any
 
 import numpy as np
 
+from pvm_dist.data.errors import DataError
+from pvm_dist.data.loader import data_entries
 from pvm_dist.engine import BACKENDS
+from pvm_dist.engine.budget import check_engine
+from pvm_dist.model.budget import MemoryBudgetError, check_graph
+from pvm_dist.model.topology import build_topology
 from pvm_dist.model.safe_load import TextFormatError, parse_yaml, read_text
 from pvm_dist.model.spec import FIELDS, Spec, SpecError, load_spec
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.metrics import LAYER_METRIC, METRICS, SPEED_METRICS
 
 DEFAULT_METRIC = "ratio_two_step"
+#: The most trials one sweep plans; counted before any trial is built (a grid multiplies fast).
+MAX_TRIALS = 10_000
+#: A trial's engine must fit in this much memory: more than any one GPU or host a worker runs on (the
+#: worker checks its own device again before allocating).
+MAX_TRIAL_BYTES = 2 << 40
 RANDOM_KINDS = ("uniform", "loguniform", "randint", "choice")
 SEED_PARAM = "seed"
 #: Run settings a sweep file may give (every trial's RunConfig; pvm_dist.run.config has their meaning).
@@ -316,6 +327,7 @@ def _parse(raw: Any, label: str, default_name: str, base_dir: Path | None) -> Sw
     seed = c.integer("seed", raw.get("seed", 0), 0)
     overrides = _overrides(c, raw.get("overrides"))
     metric, mode = _metric(c, raw)
+    _metric_layer(c, metric, bases)
     steps = None
     if "steps" in raw:
         steps = c.integer("steps", raw["steps"], 1)
@@ -339,7 +351,7 @@ def _parse(raw: Any, label: str, default_name: str, base_dir: Path | None) -> Sw
         max_failures=max_failures, max_concurrent=max_concurrent, early_stopping=early_stopping,
         description=description,
     )
-    problems = _trial_problems(sweep, bases)
+    problems = _plan_size_problems(sweep) or _trial_problems(sweep, bases)
     if problems:
         raise SweepError(label, problems)
     return sweep
@@ -355,6 +367,12 @@ def _run_config(c: _Checker, raw: Mapping[str, Any], bases: Mapping[str, Spec], 
     for key in ("data", "data_path", "heldout", "device"):
         if raw.get(key) is not None:
             values[key] = c.text(key, raw[key])
+    for key in ("data", "heldout"):
+        if values.get(key):
+            try:
+                data_entries(values[key])
+            except DataError as exc:
+                c.add(key, str(exc))
     if "readout" in raw and not isinstance(raw["readout"], bool):
         c.add("readout", f"must be true or false, got {raw['readout']!r}")
     values["readout"] = raw.get("readout")
@@ -523,6 +541,16 @@ def _metric(c: _Checker, raw: Mapping[str, Any]) -> tuple[str, str]:
     return metric, mode
 
 
+def _metric_layer(c: _Checker, metric: Any, bases: Mapping[str, Spec]) -> None:
+    """A per-layer metric must name a layer every spec of the sweep has."""
+    match = LAYER_METRIC.fullmatch(metric) if isinstance(metric, str) else None
+    if match is None or not bases:
+        return
+    layer, fewest = int(metric[len("layer"):].split("_")[0]), min(b.n_layers for b in bases.values())
+    if layer >= fewest:
+        c.add("metric", f"{metric!r} names layer {layer}, but a spec of this sweep has layers 0 to {fewest - 1}")
+
+
 def _at_most(c: _Checker, key: str, value: Any, default: int | None, limit: int | None, limit_key: str) -> int | None:
     """An interval of at least 1 and at most ``limit`` (another interval); ``default`` if absent."""
     if value is None:
@@ -564,12 +592,38 @@ def _early_stopping(c: _Checker, raw: Any, steps: int | None, checkpoint_every: 
     return EarlyStopping(grace_steps=grace, reduction_factor=factor)
 
 
+def _plan_size_problems(sweep: SweepSpec) -> list[str]:
+    """More than MAX_TRIALS planned trials, counted as a product before any is built."""
+    grid = [len(d.values) for d in sweep.vary.values() if not d.is_random]
+    count = len(sweep.specs) * math.prod(grid) * sweep.samples
+    if count <= MAX_TRIALS:
+        return []
+    factors = " × ".join([f"{len(sweep.specs)} spec(s)", *(f"{n:,}" for n in grid), f"{sweep.samples:,} sample(s)"])
+    return [f"vary: plans {count:,} trials ({factors}); a sweep plans at most {MAX_TRIALS:,}"]
+
+
+def _memory_problem(spec: Spec, n_seq: int) -> str | None:
+    """Why ``n_seq`` sequences of ``spec`` fit on no worker (its graph on this host first), or None."""
+    try:
+        check_graph(spec)
+        check_engine(build_topology(spec), n_seq, None, available=MAX_TRIAL_BYTES, where="a sweep trial may use at most")
+    except MemoryBudgetError as exc:
+        return f"n_seq: {exc}"
+    return None
+
+
 def _trial_problems(sweep: SweepSpec, bases: Mapping[str, Spec]) -> list[str]:
     """Build every planned trial's spec; each distinct rejection once, with the trials it hits."""
     hits: dict[str, list[str]] = {}
+    sized: dict[str, str | None] = {}  # each distinct model's memory problem, checked once
     for trial in sweep.plan():
         try:
-            bases[trial.spec].with_overrides(trial.overrides)
+            spec = bases[trial.spec].with_overrides(trial.overrides)
+            key = json.dumps(spec.to_dict(), sort_keys=True)
+            if key not in sized:
+                sized[key] = _memory_problem(spec, sweep.run.n_seq)
+            if sized[key]:
+                hits.setdefault(sized[key], []).append(trial.trial_id)
         except SpecError as exc:
             if exc.key in sweep.vary:
                 where = f"vary.{exc.key}"
