@@ -51,11 +51,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pvm_dist.model.budget import MemoryBudgetError
     from pvm_dist.model.spec import SpecError
     from pvm_dist.run.session import RunDiverged
+    from pvm_dist.run.train import CheckpointWriteError
     from pvm_dist.sweep.driver import SweepRunError
     from pvm_dist.sweep.plan import SweepError
+    from pvm_dist.tracking.reach import TrackingStoreError
 
     return (UserError, SpecError, CheckpointError, DataError, SweepError, SweepRunError, RunDiverged,
-            MemoryBudgetError, DeviceUnavailable, NativeEngineUnavailable,
+            MemoryBudgetError, DeviceUnavailable, NativeEngineUnavailable, CheckpointWriteError,
+            TrackingStoreError,
             FileNotFoundError, PermissionError, IsADirectoryError)
 
 
@@ -244,7 +247,7 @@ def train(
     n_seq: Annotated[int | None, typer.Option("--n-seq", help="Independent sequences trained together (shared weights). [default: 1]", min=1)] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="auto (native where built), reference or native. [default: auto]")] = None,
     device: Annotated[str | None, typer.Option("--device", help="Native engine device: cpu, cuda or cuda:N (default: a GPU if visible).")] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the initial weights and synthetic data. [default: 0]")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the initial weights and synthetic data. [default: 0]", min=0)] = None,
     overrides: Annotated[list[str], typer.Option("-O", help="Spec override key=value (repeatable), e.g. -O derivative=exact.")] = [],  # noqa: B006
     checkpoint_every: Annotated[int | None, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps (0: at the end only). [default: 0]", min=0)] = None,
     keep: Annotated[int | None, typer.Option("--keep", help="How many of the newest checkpoints to keep. [default: 2]", min=1)] = None,
@@ -301,7 +304,13 @@ def train(
         if parsed:
             s = s.with_overrides(parsed)
         cfg = RunConfig(spec=s, overrides=parsed).replace(**given)
-        folder = run_dir or Path("runs") / f"{s.name}-{_time.strftime('%Y%m%d-%H%M%S')}"
+        folder = run_dir or Path("runs") / f"{_folder_name(s.name)}-{_time.strftime('%Y%m%d-%H%M%S')}"
+    _check_run_dir(folder)
+    if cfg.track:
+        from pvm_dist.tracking.reach import check_store
+        from pvm_dist.tracking.tracker import default_tracking_uri
+
+        check_store(cfg.mlflow_uri or default_tracking_uri(), write=True)
     try:
         result = _train_with_progress(cfg, folder, state, show=not (quiet or as_json), run=run_training)
     except DataError as exc:
@@ -341,6 +350,27 @@ def train(
     if result.interrupted:
         typer.echo(f"interrupted; resume with: pvm-dist train --resume {result.checkpoint} --steps {cfg.steps}", err=True)
         raise typer.Exit(130)
+
+
+def _check_run_dir(folder: Path) -> None:
+    """The run folder, or the nearest folder above it that exists, must be a writable folder (checked
+    before training, so a typo does not cost a run)."""
+    import os
+
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"--run-dir {folder}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--run-dir {folder}: {existing} is not writable")
+
+
+def _folder_name(name: str) -> str:
+    """A spec name as one folder name: letters, digits, '.', '_' and '-' only (no '/', '..' or control
+    characters reach the file system), at most 64 characters."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name).strip(".")[:64]
+    return safe or "run"
 
 
 def _train_with_progress(cfg: Any, folder: Path, state: Any, show: bool, run: Any) -> Any:
@@ -442,11 +472,13 @@ def compare(
 ) -> None:
     """Compare an experiment's runs: the params that differ, final metrics and fps, best first."""
     from pvm_dist.tracking.compare import CompareError, comparison, plot_curves
+    from pvm_dist.tracking.reach import check_store
     from pvm_dist.tracking.tracker import default_tracking_uri
 
     if order not in ("auto", "asc", "desc"):
         raise UserError(f"--order must be auto, asc or desc, got {order!r}")
     uri = mlflow_uri or default_tracking_uri()
+    check_store(uri, write=False)
     try:
         result = comparison(uri, experiment, metric, None if order == "auto" else order == "desc")
     except CompareError as exc:
@@ -491,7 +523,7 @@ def evaluate_checkpoint(
     n_seq: Annotated[int, typer.Option("--n-seq", help="Sequences evaluated together.", min=1)] = 1,
     backend: Annotated[str, typer.Option("--backend", help="auto, reference or native.")] = "auto",
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda or cuda:N.")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of synthetic held-out data (training used --seed, default 0).")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of synthetic held-out data (training used --seed, default 0).", min=0)] = 1,
     log: Annotated[bool, typer.Option("--log", help="Also log the results to the checkpoint's MLflow run (as eval_*).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:

@@ -67,6 +67,15 @@ def print_plan(sweep: Any, as_json: bool) -> None:
     con.print(f"{frames:,} frames in all")
 
 
+def check_root(root: Path) -> None:
+    """``--root`` (or the nearest folder above it that exists) must be a folder: checked before Ray starts."""
+    existing = Path(root)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise typer.BadParameter(f"{existing} is a file, not a folder", param_hint="'--root'")
+
+
 @sweep_app.command("run")
 def run(
     file: Annotated[Path, typer.Argument(help="Sweep file (YAML), e.g. experiments/quickstart.yaml.")],
@@ -91,6 +100,11 @@ def run(
     if dry_run:
         print_plan(sweep, as_json)
         return
+    check_root(root)
+    from pvm_dist.tracking.reach import check_store
+    from pvm_dist.tracking.tracker import default_tracking_uri
+
+    check_store(mlflow_uri or default_tracking_uri(), write=True)
     opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, experiment=experiment, max_concurrent=max_concurrent,
                          root=root)
     _finish(_with_live_table(lambda: run_sweep(sweep, opts), opts, show=not (as_json or quiet)), as_json, root)
@@ -110,6 +124,7 @@ def resume(
     last checkpoints in the same MLflow runs."""
     from pvm_dist.sweep.driver import DriverOptions, resume_sweep
 
+    check_root(root)
     opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, max_concurrent=max_concurrent, root=root)
     _finish(_with_live_table(lambda: resume_sweep(sweep_id, opts), opts, show=not (as_json or quiet)), as_json, root)
 

@@ -130,6 +130,10 @@ def _derivative(value: Any) -> str:
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"must be a string, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800" in JSON): no file, log or picture can hold it
+        raise ValueError(f"is not valid Unicode text (character {exc.start}: {value[exc.start]!r})") from None
     return value
 
 
