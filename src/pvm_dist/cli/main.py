@@ -240,7 +240,7 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 @app.command()
 def train(
-    spec: Annotated[str, typer.Option("--spec", "-s", help="Spec file or model-zoo name.")] = "tiny",
+    spec: Annotated[str | None, typer.Option("--spec", "-s", help="Spec file or model-zoo name (on resume: the checkpoint's). [default: tiny]")] = None,
     data: Annotated[str | None, typer.Option("--data", "-d", help="Frames: synthetic:balls|bar|noise, a video, a folder of images, a PVM .zip (or a comma list), or a set name with --data-path. [default: synthetic:balls]")] = None,
     data_path: Annotated[str | None, typer.Option("--data-path", help="Folder holding the original PVM data zips (for set names).")] = None,
     steps: Annotated[int | None, typer.Option("--steps", "-n", help="Train until this step (also when resuming). [default: 1000]", min=1)] = None,
@@ -294,13 +294,14 @@ def train(
         state, ck = run_state.load(resume)
         if overrides:
             raise UserError("-O cannot change the spec of a resumed run")
+        _check_resume(state.run, given, spec)
         cfg = state.run.replace(**given)
         if ck.step >= cfg.steps:
             raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
         folder = run_dir or Path(resume).resolve().parent.parent
     else:
         parsed = _parse_overrides(overrides)
-        s = load_spec(spec)
+        s = load_spec(spec or "tiny")
         if parsed:
             s = s.with_overrides(parsed)
         cfg = RunConfig(spec=s, overrides=parsed).replace(**given)
@@ -350,6 +351,26 @@ def train(
     if result.interrupted:
         typer.echo(f"interrupted; resume with: pvm-dist train --resume {result.checkpoint} --steps {cfg.steps}", err=True)
         raise typer.Exit(130)
+
+
+def _check_resume(ck: Any, given: dict[str, Any], spec: str | None) -> None:
+    """What a resumed run cannot honour is refused (data, cadence, steps and a first tracker are honoured).
+
+    The model (--spec) and the sequences (--n-seq) are the checkpoint's state: its weights and rings have
+    their shape. A run tracked in MLflow continues in that run, which lives in one store and experiment.
+    """
+    from pvm_dist.model.spec import load_spec
+
+    if spec is not None and load_spec(spec).to_dict() != ck.spec.to_dict():
+        raise UserError(f"--spec {spec} is not the checkpoint's model ({ck.spec.name}); a resumed run keeps its spec")
+    if given["n_seq"] is not None and given["n_seq"] != ck.n_seq:
+        raise UserError(f"--n-seq {given['n_seq']} differs from the checkpoint's {ck.n_seq} sequences, whose rings "
+                        f"it holds; resume without --n-seq")
+    if ck.run_id and ck.track:
+        for option, key in (("--mlflow", "mlflow_uri"), ("--experiment", "experiment")):
+            if given[key] is not None and given[key] != getattr(ck, key):
+                raise UserError(f"{option} {given[key]} differs from the checkpoint's ({getattr(ck, key)}), where its "
+                                f"MLflow run {ck.run_id} continues; resume without {option}, or with --no-track")
 
 
 def _check_run_dir(folder: Path) -> None:
