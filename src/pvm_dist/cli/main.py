@@ -295,7 +295,7 @@ def train(
         if overrides:
             raise UserError("-O cannot change the spec of a resumed run")
         _check_resume(state.run, given, spec)
-        cfg = state.run.replace(**given)
+        cfg = _configured(state.run, given)
         if ck.step >= cfg.steps:
             raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
         folder = run_dir or Path(resume).resolve().parent.parent
@@ -304,7 +304,7 @@ def train(
         s = load_spec(spec or "tiny")
         if parsed:
             s = s.with_overrides(parsed)
-        cfg = RunConfig(spec=s, overrides=parsed).replace(**given)
+        cfg = _configured(RunConfig(spec=s, overrides=parsed), given)
         folder = run_dir or Path("runs") / f"{_folder_name(s.name)}-{_time.strftime('%Y%m%d-%H%M%S')}"
     _check_run_dir(folder)
     if cfg.track:
@@ -351,6 +351,14 @@ def train(
     if result.interrupted:
         typer.echo(f"interrupted; resume with: pvm-dist train --resume {result.checkpoint} --steps {cfg.steps}", err=True)
         raise typer.Exit(130)
+
+
+def _configured(base: Any, given: dict[str, Any]) -> Any:
+    """``base`` (a RunConfig) with the options given; a value it refuses (a NaN rate, say) is a user error."""
+    try:
+        return base.replace(**given)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _check_resume(ck: Any, given: dict[str, Any], spec: str | None) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pvm_dist.data.convert import IMAGE_EXTENSIONS, fit_frame
-from pvm_dist.data.errors import data_error
+from pvm_dist.data.errors import data_error, opencv_path
 from pvm_dist.data.limits import check_pixels
 from pvm_dist.data.streams import Clip
 
@@ -86,7 +86,7 @@ class ImageClip(Clip):
         self.files = list_images(path) if path.is_dir() else [path]
         for f in self.files:
             try:
-                ok = f.stat().st_size > 0 and cv2.haveImageReader(str(f))
+                ok = f.stat().st_size > 0 and cv2.haveImageReader(opencv_path(f))
             except OSError as exc:
                 raise data_error(f, f"cannot read ({exc.strerror or exc})") from None
             if not ok:

@@ -18,7 +18,7 @@ import numpy as np
 
 from pvm_dist.data.cache import CHUNK
 from pvm_dist.data.convert import fit_frame
-from pvm_dist.data.errors import data_error
+from pvm_dist.data.errors import data_error, opencv_path
 from pvm_dist.data.limits import MAX_PIXELS
 from pvm_dist.data.streams import Clip
 
@@ -77,7 +77,7 @@ class VideoClip(Clip):
     def _open(self):
         import cv2
 
-        cap = cv2.VideoCapture(self.path)
+        cap = cv2.VideoCapture(opencv_path(self.path))
         if not cap.isOpened():
             raise data_error(self.path, "not a video OpenCV can open (corrupt, truncated or unsupported format)")
         return cap

@@ -201,6 +201,10 @@ class Animation:
             rgb = [Image.fromarray(cv2.cvtColor(im, cv2.COLOR_BGR2RGB)) for im in images]
             rgb[0].save(path, save_all=True, append_images=rgb[1:], duration=round(1000 / self.fps), loop=0)
         elif suffix == ".mp4":
+            try:  # OpenCV crashes on a path that is not valid UTF-8
+                str(path).encode("utf-8")
+            except UnicodeEncodeError:
+                raise OSError(f"cannot write {ascii(str(path))}: OpenCV needs a file name that is valid UTF-8") from None
             height, width = images[0].shape[:2]
             writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (width, height))
             if not writer.isOpened():
@@ -247,12 +251,16 @@ def drawable(text: str) -> str:
 def write_image(path: str | Path, image: np.ndarray) -> Path:
     """Write ``image`` (BGR uint8) to ``path`` by its suffix; OSError naming the file if it is not written."""
     path = Path(path)
-    try:
-        ok = cv2.imwrite(str(path), image)
+    try:  # encoded here, written by Python: OpenCV crashes on a path that is not valid UTF-8
+        ok, data = cv2.imencode(path.suffix or ".png", image)
     except cv2.error as exc:
-        raise OSError(f"cannot write picture {path}: {' '.join(str(exc).split())}") from None
+        raise OSError(f"cannot write picture {ascii(str(path))}: {' '.join(str(exc).split())}") from None
     if not ok:
-        raise OSError(f"cannot write picture {path} (unwritable folder, full disk or unknown image format)")
+        raise OSError(f"cannot write picture {ascii(str(path))}: OpenCV cannot encode {path.suffix!r}")
+    try:
+        path.write_bytes(data.tobytes())
+    except OSError as exc:
+        raise OSError(f"cannot write picture {ascii(str(path))}: {exc.strerror or exc}") from None
     return path
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from pvm_dist.model.spec import Spec
 
+_EMPTY_LIST_BYTES = 56  # a Python list object: the graph keeps three per unit
 _UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
@@ -38,9 +39,12 @@ def host_memory_bytes() -> int | None:
 
 
 def _kept_fan_in(q: int, radius: float) -> int:
-    """Cells of the q×q fan-in square within ``radius`` of its centre (pvm-algorithm.md §2.3)."""
+    """A lower bound of the cells of the q×q fan-in square within ``radius`` of its centre (§2.3), in O(q):
+    per row, the cells within the chord, one fewer for rounding at its ends."""
     offsets = np.arange(q, dtype=np.float64) - (q - 1) / 2
-    return int((offsets[:, None] ** 2 + offsets[None, :] ** 2 <= radius**2).sum())
+    half = np.sqrt(np.maximum(radius**2 - offsets**2, 0.0))
+    inside = np.searchsorted(offsets, half, side="right") - np.searchsorted(offsets, -half, side="left")
+    return int(np.maximum(inside - 1, 0)[offsets**2 <= radius**2].sum())
 
 
 def graph_bytes(spec: Spec) -> int:
@@ -48,7 +52,7 @@ def graph_bytes(spec: Spec) -> int:
 
     Counts only what every spec has: each unit's new and previous signal, its bias, and as context at
     least the units it feeds (lateral and extra context only add); the per-unit index lists of the
-    graph (8 bytes per projection, three lists) and the int64 input gather map.
+    graph (three Python lists per unit, 8 bytes per projection in each) and the int64 input gather map.
     """
     shapes, hidden = spec.layer_shapes, spec.hidden
     units = [s * s for s in shapes]
@@ -58,7 +62,7 @@ def graph_bytes(spec: Spec) -> int:
     signal_total = sum(u * p for u, p in zip(units, signal))
     inputs_total = 2 * signal_total + hidden * projections + sum(units)  # Σ(N+1)
     weights = hidden * inputs_total + 2 * signal_total * (hidden + 1)  # W0 + W1
-    return 8 * weights + 8 * inputs_total + 3 * 8 * projections
+    return 8 * weights + 8 * inputs_total + 3 * 8 * projections + 3 * _EMPTY_LIST_BYTES * sum(units)
 
 
 def check_graph(spec: Spec, available: int | None = None) -> None:

@@ -9,6 +9,7 @@ tracking unless it is told otherwise (:meth:`RunConfig.replace` with only what w
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,8 +51,8 @@ class RunConfig:
                     (("steps", 1), ("n_seq", 1), ("metrics_every", 1), ("picture_every", 0), ("animation_frames", 0),
                      ("checkpoint_every", 0), ("keep_checkpoints", 1), ("keep_every", 0), ("readout_from", 0),
                      ("heldout_steps", 0)) if getattr(self, name) < low]
-        if self.readout_lr is not None and self.readout_lr < 0:
-            problems.append(f"readout_lr must be >= 0, got {self.readout_lr}")
+        if self.readout_lr is not None and not 0 <= self.readout_lr < math.inf:
+            problems.append(f"readout_lr must be a finite number >= 0, got {self.readout_lr}")
         if problems:
             raise ValueError("; ".join(problems))
 
