@@ -25,6 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 EXAMPLES = int(os.environ.get("PVM_FUZZ_EXAMPLES", "0"))
+#: numpy's RuntimeWarnings would be more lines on a user's stderr: here they fail the example.
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 FUZZ = settings(max_examples=EXAMPLES or 6, derandomize=not EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 

@@ -306,7 +306,7 @@ def train(
             s = s.with_overrides(parsed)
         cfg = _configured(RunConfig(spec=s, overrides=parsed), given)
         folder = run_dir or Path("runs") / f"{_folder_name(s.name)}-{_time.strftime('%Y%m%d-%H%M%S')}"
-    _check_run_dir(folder)
+    _check_run_dir(folder, new_run=resume is None)
     if cfg.track:
         from pvm_dist.tracking.reach import check_store
         from pvm_dist.tracking.tracker import default_tracking_uri
@@ -381,11 +381,24 @@ def _check_resume(ck: Any, given: dict[str, Any], spec: str | None) -> None:
                                 f"MLflow run {ck.run_id} continues; resume without {option}, or with --no-track")
 
 
-def _check_run_dir(folder: Path) -> None:
-    """The run folder, or the nearest folder above it that exists, must be a writable folder (checked
-    before training, so a typo does not cost a run)."""
+#: What a run writes in its folder (run/train.py); a new run never writes over them.
+RUN_FILES = ("spec.json", "metrics.jsonl", "checkpoints", "pictures", "prediction.gif")
+
+
+def _check_run_dir(folder: Path, new_run: bool) -> None:
+    """The run folder, or the nearest folder above it that exists, must be a writable folder, named in UTF-8
+    (it is printed and drawn), and a new run's must hold no other run's files (checked before training, so a
+    typo does not cost a run or overwrite one)."""
     import os
 
+    try:
+        str(folder).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"--run-dir {ascii(str(folder))}: the name is not valid UTF-8") from None
+    taken = [name for name in RUN_FILES if (folder / name).exists()] if new_run and folder.is_dir() else []
+    if taken:
+        raise UserError(f"--run-dir {folder} already holds a run ({', '.join(taken)}); resume it with --resume, "
+                        f"or give a new folder")
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -583,6 +596,17 @@ def evaluate_checkpoint(
         typer.echo(f"  {key:<32} {value:.5g}")
 
 
+def _one_line(exc: BaseException) -> str:
+    """The message with control characters escaped (user text may hold newlines); a sweep's list of
+    problems keeps its one line per problem."""
+    from pvm_dist.sweep.plan import SweepError
+
+    text = str(exc)
+    if isinstance(exc, SweepError):
+        return text  # each problem already printable (SweepError)
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def main() -> None:
     """Console-script entry point: run the app and turn user errors into one line + exit 2."""
     from pvm_dist.cli.usage import click_types, usage_line
@@ -606,7 +630,7 @@ def main() -> None:
                 typer.echo(f"pvm-dist: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
                 sys.exit(1)
             raise
-        typer.echo(f"pvm-dist: error: {exc}", err=True)
+        typer.echo(f"pvm-dist: error: {_one_line(exc)}", err=True)
         sys.exit(2)
     sys.exit(rc if isinstance(rc, int) else 0)
 

@@ -55,13 +55,18 @@ class SweepError(ValueError):
     """An invalid sweep file; ``problems`` lists every problem found, each naming its key."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
-        self.source, self.problems = source, list(problems)
+        self.source, self.problems = _printable(source), [_printable(p) for p in problems]
         if len(self.problems) == 1:
             message = f"{source}: {self.problems[0]}"
         else:
             lines = [f"{source}: {len(self.problems)} problems", *(f"  - {p}" for p in self.problems)]
             message = "\n".join(lines)
         super().__init__(message)
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (a key may hold a newline): one problem stays one line."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -384,7 +389,11 @@ def _run_config(c: _Checker, raw: Mapping[str, Any], bases: Mapping[str, Spec], 
     values["backend"] = backend
     if c.problems or not bases:
         return None
-    return RunConfig(spec=next(iter(bases.values())), track=False).replace(**values)
+    try:
+        return RunConfig(spec=next(iter(bases.values())), track=False).replace(**values)
+    except ValueError as exc:  # RunConfig's own bounds (each names its key)
+        c.problems.append(str(exc))
+        return None
 
 
 def _specs(c: _Checker, raw: Any, base_dir: Path | None) -> tuple[tuple[str, ...], dict[str, Spec]]:
