@@ -305,14 +305,19 @@ def test_full_disk_keeps_the_last_good_checkpoint(cli, tmp_path, monkeypatch):
 
 
 def test_picture_write_failure_is_reported(cli, tmp_path, monkeypatch, caplog):
-    import cv2
+    real = Path.write_bytes
 
-    monkeypatch.setattr(cv2, "imwrite", lambda *a, **k: False)
+    def write_bytes(self, data):
+        if self.suffix == ".png":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
     code, _, err = cli("train", "--steps", "10", "--picture-every", "5", "--no-track", "-q", "--run-dir",
                        str(tmp_path / "r"), "--heldout-steps", "0")
     assert code == 0, err
     warned = [r.getMessage() for r in caplog.records if "cannot write picture" in r.getMessage()]
-    assert len(warned) == 2 and "step_000000005.png" in warned[0]
+    assert len(warned) == 2 and "step_000000005.png" in warned[0] and "No space left" in warned[0]
 
 
 # --- resume options that the checkpoint cannot honour -----------------------------------------------------------

@@ -45,7 +45,7 @@ class UserError(Exception):
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from pvm_dist.data import DataError
-    from pvm_dist.engine import DeviceUnavailable
+    from pvm_dist.engine.budget import DeviceUnavailable
     from pvm_dist.engine.native_engine import NativeEngineUnavailable
     from pvm_dist.io.checkpoint import CheckpointError
     from pvm_dist.model.budget import MemoryBudgetError

@@ -10,10 +10,6 @@ from typing import Any
 BACKENDS = ("auto", "reference", "native")
 
 
-class DeviceUnavailable(ValueError):
-    """A device this machine, build or backend cannot give (``--device cuda`` without a GPU, say)."""
-
-
 def build_engine(spec: Any, backend: str = "reference", n_seq: int = 1, seed: int = 0, device: Any = None) -> Any:
     """Build an engine for ``spec`` (a Spec, a path, a zoo name or a dict) training ``n_seq`` sequences.
 
@@ -27,11 +23,11 @@ def build_engine(spec: Any, backend: str = "reference", n_seq: int = 1, seed: in
         raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     if isinstance(n_seq, bool) or not isinstance(n_seq, int) or n_seq < 1:
         raise ValueError(f"n_seq must be a positive integer, got {n_seq!r}")
-    from pvm_dist.engine.budget import check_engine
+    from pvm_dist.engine.budget import DeviceUnavailable, check_device, check_engine
     from pvm_dist.model.topology import build_topology
 
     if backend == "native" or (backend == "auto" and _native_available()):
-        from pvm_dist.engine.native_engine import NativeEngine, check_device
+        from pvm_dist.engine.native_engine import NativeEngine
 
         device = check_device(device)
         topology = build_topology(spec)

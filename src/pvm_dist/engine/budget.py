@@ -1,4 +1,5 @@
-"""What an engine of ``n_seq`` sequences holds, checked against its device before it is built.
+"""What a device has, checked before an engine is built on it: whether it exists at all, and whether an
+engine of ``n_seq`` sequences fits in its memory.
 
 Weights and momentum (fp32) are held once; every sequence adds its input, hidden and output rings
 (``RING`` slots of ``x_total``, ``h_total`` and ``y_total`` floats, from the topology) and one frame.
@@ -10,6 +11,33 @@ from __future__ import annotations
 from pvm_dist.engine.base import RING
 from pvm_dist.model.budget import MemoryBudgetError, format_bytes, host_memory_bytes
 from pvm_dist.model.topology import Topology
+
+
+class DeviceUnavailable(ValueError):
+    """A device this machine, build or backend cannot give (``--device cuda`` without a GPU, say)."""
+
+
+def check_device(device: str | None) -> str:
+    """``device`` (default: a GPU if one is visible, else the CPU) if this build and machine have it; else
+    one :class:`DeviceUnavailable` naming what is missing."""
+    from pvm_dist.engine.native import build_info
+    from pvm_dist.engine.native_engine import default_device
+
+    if device is None:
+        return default_device()
+    kind, _, index = device.partition(":")
+    if device == "cpu":
+        return device
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise DeviceUnavailable(f"unknown device {device!r}; expected cpu, cuda or cuda:N")
+    info = build_info()
+    if not info.get("cuda_compiled"):
+        raise DeviceUnavailable(f"device {device!r}: this build of the native engine has no CUDA")
+    indices = [d.get("index") for d in info.get("devices") or []]
+    if int(index or 0) not in indices:
+        seen = f"GPUs seen: {indices}" if indices else f"no CUDA GPU is visible ({info.get('cuda_error') or 'none found'})"
+        raise DeviceUnavailable(f"device {device!r} is not available: {seen}")
+    return device
 
 
 def engine_bytes(topo: Topology, n_seq: int) -> tuple[int, int]:

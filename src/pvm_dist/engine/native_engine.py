@@ -33,28 +33,6 @@ def default_device() -> str:
     return "cuda" if info.get("available") and info.get("cuda_compiled") and info.get("devices") else "cpu"
 
 
-def check_device(device: str | None) -> str:
-    """``device`` (default: :func:`default_device`) if this build and machine have it; else one
-    :class:`~pvm_dist.engine.DeviceUnavailable` naming what is missing."""
-    from pvm_dist.engine import DeviceUnavailable
-
-    if device is None:
-        return default_device()
-    kind, _, index = device.partition(":")
-    if device == "cpu":
-        return device
-    if kind != "cuda" or (index and not index.isdigit()):
-        raise DeviceUnavailable(f"unknown device {device!r}; expected cpu, cuda or cuda:N")
-    info = build_info()
-    if not info.get("cuda_compiled"):
-        raise DeviceUnavailable(f"device {device!r}: this build of the native engine has no CUDA")
-    indices = [d.get("index") for d in info.get("devices") or []]
-    if int(index or 0) not in indices:
-        seen = f"GPUs seen: {indices}" if indices else f"no CUDA GPU is visible ({info.get('cuda_error') or 'none found'})"
-        raise DeviceUnavailable(f"device {device!r} is not available: {seen}")
-    return device
-
-
 class NativeEngine(EngineBase):
     """Trains ``n_seq`` sequences with the native engine on ``device`` ("cpu", "cuda", "cuda:N")."""
 
