@@ -338,3 +338,15 @@ def test_resume_refuses_options_that_conflict_with_the_checkpoint(cli, checkpoin
     assert code == 0, err
     assert json.loads(out)["step"] == 12
     assert run_state.load(json.loads(out)["checkpoint"])[0].run.data == "synthetic:bar"  # honoured
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(cli, monkeypatch):
+    import time as time_module
+
+    monkeypatch.setattr(time_module, "strftime", lambda *args: "20260101-000000")
+    folders = []
+    for _ in range(2):
+        code, out, err = cli("train", "--steps", "3", "--no-track", "--json", "--picture-every", "0", "--heldout-steps", "0")
+        assert code == 0, err
+        folders.append(json.loads(out)["run_dir"])
+    assert folders == ["runs/tiny-20260101-000000", "runs/tiny-20260101-000000-2"]

@@ -305,7 +305,7 @@ def train(
         if parsed:
             s = s.with_overrides(parsed)
         cfg = _configured(RunConfig(spec=s, overrides=parsed), given)
-        folder = run_dir or Path("runs") / f"{_folder_name(s.name)}-{_time.strftime('%Y%m%d-%H%M%S')}"
+        folder = run_dir or _new_folder(Path("runs") / f"{_folder_name(s.name)}-{_time.strftime('%Y%m%d-%H%M%S')}")
     _check_run_dir(folder, new_run=resume is None)
     if cfg.track:
         from pvm_dist.tracking.reach import check_store
@@ -406,6 +406,15 @@ def _check_run_dir(folder: Path, new_run: bool) -> None:
         raise UserError(f"--run-dir {folder}: {existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--run-dir {folder}: {existing} is not writable")
+
+
+def _new_folder(base: Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``, ... where runs started in the same second already took it."""
+    folder, n = base, 1
+    while folder.exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
 
 
 def _folder_name(name: str) -> str:
