@@ -65,7 +65,7 @@ def test_init_ranges_dtype_and_seed(tiny):
 
 def test_four_layer_readout_is_refused():
     spec = pvm_dist.load_spec("tiny").with_overrides({"4_layer_readout": 1})
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(pvm_dist.model.spec.SpecError, match="4_layer_readout"):  # a user error: one line, exit 2
         Readout(pvm_dist.build_topology(spec))
 
 

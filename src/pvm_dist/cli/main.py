@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
 from pvm_dist._version import __version__
@@ -46,13 +45,20 @@ class UserError(Exception):
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from pvm_dist.data import DataError
+    from pvm_dist.engine.budget import DeviceUnavailable
+    from pvm_dist.engine.native_engine import NativeEngineUnavailable
     from pvm_dist.io.checkpoint import CheckpointError
+    from pvm_dist.model.budget import MemoryBudgetError
     from pvm_dist.model.spec import SpecError
     from pvm_dist.run.session import RunDiverged
+    from pvm_dist.run.train import CheckpointWriteError
     from pvm_dist.sweep.driver import SweepRunError
     from pvm_dist.sweep.plan import SweepError
+    from pvm_dist.tracking.reach import TrackingStoreError
 
     return (UserError, SpecError, CheckpointError, DataError, SweepError, SweepRunError, RunDiverged,
+            MemoryBudgetError, DeviceUnavailable, NativeEngineUnavailable, CheckpointWriteError,
+            TrackingStoreError,
             FileNotFoundError, PermissionError, IsADirectoryError)
 
 
@@ -234,14 +240,14 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 @app.command()
 def train(
-    spec: Annotated[str, typer.Option("--spec", "-s", help="Spec file or model-zoo name.")] = "tiny",
+    spec: Annotated[str | None, typer.Option("--spec", "-s", help="Spec file or model-zoo name (on resume: the checkpoint's). [default: tiny]")] = None,
     data: Annotated[str | None, typer.Option("--data", "-d", help="Frames: synthetic:balls|bar|noise, a video, a folder of images, a PVM .zip (or a comma list), or a set name with --data-path. [default: synthetic:balls]")] = None,
     data_path: Annotated[str | None, typer.Option("--data-path", help="Folder holding the original PVM data zips (for set names).")] = None,
     steps: Annotated[int | None, typer.Option("--steps", "-n", help="Train until this step (also when resuming). [default: 1000]", min=1)] = None,
     n_seq: Annotated[int | None, typer.Option("--n-seq", help="Independent sequences trained together (shared weights). [default: 1]", min=1)] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="auto (native where built), reference or native. [default: auto]")] = None,
     device: Annotated[str | None, typer.Option("--device", help="Native engine device: cpu, cuda or cuda:N (default: a GPU if visible).")] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the initial weights and synthetic data. [default: 0]")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the initial weights and synthetic data. [default: 0]", min=0)] = None,
     overrides: Annotated[list[str], typer.Option("-O", help="Spec override key=value (repeatable), e.g. -O derivative=exact.")] = [],  # noqa: B006
     checkpoint_every: Annotated[int | None, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps (0: at the end only). [default: 0]", min=0)] = None,
     keep: Annotated[int | None, typer.Option("--keep", help="How many of the newest checkpoints to keep. [default: 2]", min=1)] = None,
@@ -288,17 +294,24 @@ def train(
         state, ck = run_state.load(resume)
         if overrides:
             raise UserError("-O cannot change the spec of a resumed run")
-        cfg = state.run.replace(**given)
+        _check_resume(state.run, given, spec)
+        cfg = _configured(state.run, given)
         if ck.step >= cfg.steps:
             raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
         folder = run_dir or Path(resume).resolve().parent.parent
     else:
         parsed = _parse_overrides(overrides)
-        s = load_spec(spec)
+        s = load_spec(spec or "tiny")
         if parsed:
             s = s.with_overrides(parsed)
-        cfg = RunConfig(spec=s, overrides=parsed).replace(**given)
-        folder = run_dir or Path("runs") / f"{s.name}-{_time.strftime('%Y%m%d-%H%M%S')}"
+        cfg = _configured(RunConfig(spec=s, overrides=parsed), given)
+        folder = run_dir or _new_folder(Path("runs") / f"{_folder_name(s.name)}-{_time.strftime('%Y%m%d-%H%M%S')}")
+    _check_run_dir(folder, new_run=resume is None)
+    if cfg.track:
+        from pvm_dist.tracking.reach import check_store
+        from pvm_dist.tracking.tracker import default_tracking_uri
+
+        check_store(cfg.mlflow_uri or default_tracking_uri(), write=True)
     try:
         result = _train_with_progress(cfg, folder, state, show=not (quiet or as_json), run=run_training)
     except DataError as exc:
@@ -338,6 +351,77 @@ def train(
     if result.interrupted:
         typer.echo(f"interrupted; resume with: pvm-dist train --resume {result.checkpoint} --steps {cfg.steps}", err=True)
         raise typer.Exit(130)
+
+
+def _configured(base: Any, given: dict[str, Any]) -> Any:
+    """``base`` (a RunConfig) with the options given; a value it refuses (a NaN rate, say) is a user error."""
+    try:
+        return base.replace(**given)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _check_resume(ck: Any, given: dict[str, Any], spec: str | None) -> None:
+    """What a resumed run cannot honour is refused (data, cadence, steps and a first tracker are honoured).
+
+    The model (--spec) and the sequences (--n-seq) are the checkpoint's state: its weights and rings have
+    their shape. A run tracked in MLflow continues in that run, which lives in one store and experiment.
+    """
+    from pvm_dist.model.spec import load_spec
+
+    if spec is not None and load_spec(spec).to_dict() != ck.spec.to_dict():
+        raise UserError(f"--spec {spec} is not the checkpoint's model ({ck.spec.name}); a resumed run keeps its spec")
+    if given["n_seq"] is not None and given["n_seq"] != ck.n_seq:
+        raise UserError(f"--n-seq {given['n_seq']} differs from the checkpoint's {ck.n_seq} sequences, whose rings "
+                        f"it holds; resume without --n-seq")
+    if ck.run_id and ck.track:
+        for option, key in (("--mlflow", "mlflow_uri"), ("--experiment", "experiment")):
+            if given[key] is not None and given[key] != getattr(ck, key):
+                raise UserError(f"{option} {given[key]} differs from the checkpoint's ({getattr(ck, key)}), where its "
+                                f"MLflow run {ck.run_id} continues; resume without {option}, or with --no-track")
+
+
+#: What a run writes in its folder (run/train.py); a new run never writes over them.
+RUN_FILES = ("spec.json", "metrics.jsonl", "checkpoints", "pictures", "prediction.gif")
+
+
+def _check_run_dir(folder: Path, new_run: bool) -> None:
+    """The run folder, or the nearest folder above it that exists, must be a writable folder, named in UTF-8
+    (it is printed and drawn), and a new run's must hold no other run's files (checked before training, so a
+    typo does not cost a run or overwrite one)."""
+    import os
+
+    try:
+        str(folder).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"--run-dir {ascii(str(folder))}: the name is not valid UTF-8") from None
+    taken = [name for name in RUN_FILES if (folder / name).exists()] if new_run and folder.is_dir() else []
+    if taken:
+        raise UserError(f"--run-dir {folder} already holds a run ({', '.join(taken)}); resume it with --resume, "
+                        f"or give a new folder")
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"--run-dir {folder}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--run-dir {folder}: {existing} is not writable")
+
+
+def _new_folder(base: Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``, ... where runs started in the same second already took it."""
+    folder, n = base, 1
+    while folder.exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
+
+
+def _folder_name(name: str) -> str:
+    """A spec name as one folder name: letters, digits, '.', '_' and '-' only (no '/', '..' or control
+    characters reach the file system), at most 64 characters."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name).strip(".")[:64]
+    return safe or "run"
 
 
 def _train_with_progress(cfg: Any, folder: Path, state: Any, show: bool, run: Any) -> Any:
@@ -439,11 +523,13 @@ def compare(
 ) -> None:
     """Compare an experiment's runs: the params that differ, final metrics and fps, best first."""
     from pvm_dist.tracking.compare import CompareError, comparison, plot_curves
+    from pvm_dist.tracking.reach import check_store
     from pvm_dist.tracking.tracker import default_tracking_uri
 
     if order not in ("auto", "asc", "desc"):
         raise UserError(f"--order must be auto, asc or desc, got {order!r}")
     uri = mlflow_uri or default_tracking_uri()
+    check_store(uri, write=False)
     try:
         result = comparison(uri, experiment, metric, None if order == "auto" else order == "desc")
     except CompareError as exc:
@@ -488,7 +574,7 @@ def evaluate_checkpoint(
     n_seq: Annotated[int, typer.Option("--n-seq", help="Sequences evaluated together.", min=1)] = 1,
     backend: Annotated[str, typer.Option("--backend", help="auto, reference or native.")] = "auto",
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda or cuda:N.")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of synthetic held-out data (training used --seed, default 0).")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of synthetic held-out data (training used --seed, default 0).", min=0)] = 1,
     log: Annotated[bool, typer.Option("--log", help="Also log the results to the checkpoint's MLflow run (as eval_*).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -519,17 +605,33 @@ def evaluate_checkpoint(
         typer.echo(f"  {key:<32} {value:.5g}")
 
 
+def _one_line(exc: BaseException) -> str:
+    """The message with control characters escaped (user text may hold newlines); a sweep's list of
+    problems keeps its one line per problem."""
+    from pvm_dist.sweep.plan import SweepError
+
+    text = str(exc)
+    if isinstance(exc, SweepError):
+        return text  # each problem already printable (SweepError)
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def main() -> None:
     """Console-script entry point: run the app and turn user errors into one line + exit 2."""
+    from pvm_dist.cli.usage import click_types, usage_line
+
     try:
         rc = app(standalone_mode=False)
-    except click.exceptions.Abort:
+    except click_types("Abort"):
         typer.echo("pvm-dist: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
+    except click_types("UsageError") as exc:
+        typer.echo(usage_line(exc), err=True)
+        sys.exit(2)
+    except click_types("ClickException") as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except click_types("Exit") as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:
         if _debug or not isinstance(exc, _user_errors()):
@@ -537,7 +639,7 @@ def main() -> None:
                 typer.echo(f"pvm-dist: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
                 sys.exit(1)
             raise
-        typer.echo(f"pvm-dist: error: {exc}", err=True)
+        typer.echo(f"pvm-dist: error: {_one_line(exc)}", err=True)
         sys.exit(2)
     sys.exit(rc if isinstance(rc, int) else 0)
 

@@ -95,6 +95,15 @@ def _steps_title(sweep: Any) -> str:
     return "varied steps" if "steps" in sweep.vary else f"{sweep.steps:,} steps"
 
 
+def check_root(root: Path) -> None:
+    """``--root`` (or the nearest folder above it that exists) must be a folder: checked before Ray starts."""
+    existing = Path(root)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise typer.BadParameter(f"{existing} is a file, not a folder", param_hint="'--root'")
+
+
 @sweep_app.command("run")
 def run(
     file: Annotated[Path, typer.Argument(help="Sweep file (YAML), e.g. experiments/quickstart.yaml.")],
@@ -119,6 +128,11 @@ def run(
     if dry_run:
         print_plan(sweep, as_json)
         return
+    check_root(root)
+    from pvm_dist.tracking.reach import check_store
+    from pvm_dist.tracking.tracker import default_tracking_uri
+
+    check_store(mlflow_uri or default_tracking_uri(), write=True)
     opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, experiment=experiment, max_concurrent=max_concurrent,
                          root=root)
     _finish(_with_live_table(lambda: run_sweep(sweep, opts), opts, show=not (as_json or quiet)), as_json, root)
@@ -138,6 +152,7 @@ def resume(
     last checkpoints in the same MLflow runs."""
     from pvm_dist.sweep.driver import DriverOptions, resume_sweep
 
+    check_root(root)
     opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, max_concurrent=max_concurrent, root=root)
     _finish(_with_live_table(lambda: resume_sweep(sweep_id, opts), opts, show=not (as_json or quiet)), as_json, root)
 

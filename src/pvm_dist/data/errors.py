@@ -16,3 +16,14 @@ class DataError(ValueError):
 def data_error(path: str | Path, problem: str) -> DataError:
     """``DataError("<path>: <problem>")`` with any newline in the problem folded into the one line."""
     return DataError(f"{path}: {' '.join(str(problem).split())}")
+
+
+def opencv_path(path: str | Path) -> str:
+    """``path`` as a string OpenCV may be given. OpenCV crashes the interpreter on a string that is not valid
+    UTF-8 (a file name of undecodable bytes arrives as lone surrogates), so such a name is a DataError."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise data_error(ascii(text), "the file name is not valid UTF-8, which OpenCV cannot open; rename it") from None
+    return text

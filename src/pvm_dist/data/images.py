@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from pvm_dist.data.convert import IMAGE_EXTENSIONS, fit_frame
-from pvm_dist.data.errors import data_error
+from pvm_dist.data.errors import data_error, opencv_path
+from pvm_dist.data.limits import check_pixels
 from pvm_dist.data.streams import Clip
 
 _POOL: ThreadPoolExecutor | None = None
@@ -66,6 +67,7 @@ def read_image(path: Path, image_shape: tuple[int, int, int]) -> np.ndarray:
         raise data_error(path, f"cannot read ({exc.strerror or exc})") from None
     if buf.size == 0:
         raise data_error(path, "empty file")
+    check_pixels(buf[: 1 << 16].tobytes(), str(path))
     img = cv2.imdecode(buf, cv2.IMREAD_COLOR)
     if img is None:
         raise data_error(path, "not an image OpenCV can decode (corrupt or unsupported)")
@@ -84,11 +86,13 @@ class ImageClip(Clip):
         self.files = list_images(path) if path.is_dir() else [path]
         for f in self.files:
             try:
-                ok = f.stat().st_size > 0 and cv2.haveImageReader(str(f))
+                ok = f.stat().st_size > 0 and cv2.haveImageReader(opencv_path(f))
             except OSError as exc:
                 raise data_error(f, f"cannot read ({exc.strerror or exc})") from None
             if not ok:
                 raise data_error(f, "empty file" if f.stat().st_size == 0 else "not an image OpenCV can read")
+        with open(self.files[0], "rb") as fh:  # the first file's size now; every file's when it is decoded
+            check_pixels(fh.read(1 << 16), str(self.files[0]))
         self.n_frames = len(self.files)
 
     def decode(self, start: int, stop: int) -> np.ndarray:

@@ -71,6 +71,28 @@ def open_clip(path: Path, image_shape: tuple[int, int, int], on_chunk=None):
     return VideoClip(path, image_shape, on_chunk=on_chunk)
 
 
+def data_entries(data: str) -> list[str]:
+    """The entries of a data string, checked without opening anything (a sweep plan checks it on a machine
+    that may not hold the files): no empty string or list, no unknown synthetic name, no synthetic source
+    in a list, no pickled data. Raises :class:`DataError`."""
+    data = data.strip()
+    if data.startswith("synthetic:") or data in SOURCES:
+        if data not in SOURCES:
+            raise DataError(f"unknown data source {data!r}; available: {', '.join(SOURCES)}, a video file, "
+                            f"a PVM .zip, an image folder, a comma-separated list, or a set name with --data-path")
+        return [data]
+    whole = Path(data).expanduser()
+    entries = [data] if ("," in data and whole.exists()) else [e.strip() for e in data.split(",") if e.strip()]
+    if not entries:
+        raise DataError(f"empty data string {data!r}: name synthetic:balls, a file, a folder or a set")
+    for e in entries:
+        if e.startswith("synthetic:"):
+            raise DataError(f"{e}: a synthetic source cannot be part of a list of files ({data!r})")
+        if e.lower().endswith(PICKLE_SUFFIXES):
+            raise data_error(e, "pickled/numpy data is never loaded; use video files, image folders or PVM zips")
+    return entries
+
+
 def make_source(data: str, image_shape: tuple[int, int, int], n_seq: int, seed: int,
                 data_path: str | os.PathLike | None = None, cache_bytes: int | None = None) -> FrameSource:
     """The source named by ``data`` (see the module docstring) yielding ``n_seq`` streams of frames.
@@ -82,19 +104,10 @@ def make_source(data: str, image_shape: tuple[int, int, int], n_seq: int, seed: 
     if n_seq < 1:
         raise ValueError(f"n_seq must be >= 1, got {n_seq}")
     data = data.strip()
-    if data.startswith("synthetic:") or data in SOURCES:
-        if data not in SOURCES:
-            raise DataError(f"unknown data source {data!r}; available: {', '.join(SOURCES)}, a video file, "
-                            f"a PVM .zip, an image folder, a comma-separated list, or a set name with --data-path")
+    entries = data_entries(data)
+    if data in SOURCES:
         return SOURCES[data](shape, n_seq, seed)
-    if not data:
-        raise DataError("empty data string")
     dp = None if data_path is None else os.fspath(data_path)
-    whole = Path(data).expanduser()
-    entries = [data] if ("," in data and whole.exists()) else [e.strip() for e in data.split(",") if e.strip()]
-    for e in entries:
-        if e.startswith("synthetic:"):
-            raise DataError(f"{e}: a synthetic source cannot be part of a list of files ({data!r})")
     paths = [p for e in entries for p in _expand(e, dp)]
     for p in paths:
         if not p.exists():

@@ -28,6 +28,7 @@ import numpy as np
 from pvm_dist.data.convert import fit_frame, scale_boxes
 from pvm_dist.data.errors import data_error
 from pvm_dist.data.images import parallel_map
+from pvm_dist.data.limits import check_member_size, check_pixels
 from pvm_dist.data.streams import Clip
 
 _SEP = re.compile(r"[,\s]+")
@@ -104,6 +105,7 @@ class PvmZipClip(Clip):
         first = self._decode_raw(0)
         self.source_size = first.shape[:2]
         if label_member is not None:
+            check_member_size(self._zip.getinfo(label_member).file_size, f"{path}:{label_member}")
             try:
                 text = self._zip.read(label_member).decode("utf-8", errors="replace")
             except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
@@ -118,6 +120,7 @@ class PvmZipClip(Clip):
 
     def _read(self, i: int) -> bytes:
         member = self.members[i]
+        check_member_size(self._archive().getinfo(member).file_size, f"{self.path}:{member}")
         try:
             return self._archive().read(member)
         except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError) as exc:
@@ -126,6 +129,7 @@ class PvmZipClip(Clip):
     def _decode_bytes(self, i: int, buf: bytes) -> np.ndarray:
         import cv2
 
+        check_pixels(buf, f"{self.path}:{self.members[i]}")
         img = cv2.imdecode(np.frombuffer(buf, np.uint8), cv2.IMREAD_COLOR) if buf else None
         if img is None:
             raise data_error(self.path, f"member {self.members[i]!r} is not a decodable JPEG")

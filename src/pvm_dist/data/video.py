@@ -18,7 +18,8 @@ import numpy as np
 
 from pvm_dist.data.cache import CHUNK
 from pvm_dist.data.convert import fit_frame
-from pvm_dist.data.errors import data_error
+from pvm_dist.data.errors import data_error, opencv_path
+from pvm_dist.data.limits import MAX_PIXELS
 from pvm_dist.data.streams import Clip
 
 MAX_READERS = 4  # open cv2.VideoCapture objects kept per file for reading forward
@@ -48,6 +49,10 @@ class VideoClip(Clip):
         declared = cap.get(cv2.CAP_PROP_FRAME_COUNT)
         self.fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
         self.source_size = (int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)), int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)))
+        if self.source_size[0] * self.source_size[1] > MAX_PIXELS:
+            cap.release()
+            raise data_error(path, f"frames are {self.source_size[1]:,}×{self.source_size[0]:,} pixels; at most "
+                                   f"{MAX_PIXELS:,} pixels are decoded")
         n, chunk = 0, []
         while True:
             ok, img = cap.read()
@@ -72,7 +77,7 @@ class VideoClip(Clip):
     def _open(self):
         import cv2
 
-        cap = cv2.VideoCapture(self.path)
+        cap = cv2.VideoCapture(opencv_path(self.path))
         if not cap.isOpened():
             raise data_error(self.path, "not a video OpenCV can open (corrupt, truncated or unsupported format)")
         return cap

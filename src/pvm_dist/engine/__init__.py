@@ -23,15 +23,23 @@ def build_engine(spec: Any, backend: str = "reference", n_seq: int = 1, seed: in
         raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     if isinstance(n_seq, bool) or not isinstance(n_seq, int) or n_seq < 1:
         raise ValueError(f"n_seq must be a positive integer, got {n_seq!r}")
+    from pvm_dist.engine.budget import DeviceUnavailable, check_device, check_engine
+    from pvm_dist.model.topology import build_topology
+
     if backend == "native" or (backend == "auto" and _native_available()):
         from pvm_dist.engine.native_engine import NativeEngine
 
-        return NativeEngine(spec, n_seq=n_seq, seed=seed, device=device)
+        device = check_device(device)
+        topology = build_topology(spec)
+        check_engine(topology, n_seq, device)  # before the engine allocates anything
+        return NativeEngine(spec, n_seq=n_seq, seed=seed, device=device, topology=topology)
     if device not in (None, "cpu"):
-        raise ValueError(f"the reference engine runs on the CPU only, not on device {device!r}")
+        raise DeviceUnavailable(f"the reference engine runs on the CPU only, not on device {device!r}")
     from pvm_dist.engine.reference import ReferenceEngine
 
-    return ReferenceEngine(spec, n_seq=n_seq, seed=seed)
+    topology = build_topology(spec)
+    check_engine(topology, n_seq, "cpu")
+    return ReferenceEngine(spec, n_seq=n_seq, seed=seed, topology=topology)
 
 
 def _native_available() -> bool:

@@ -140,7 +140,7 @@ def picture_grid(
               for k, (S, tiles) in enumerate(zip(topology.spec.layer_shapes, hidden_tiles(topology, hidden_row)))]
     rows = [_row(top), _row(layers)]
     width = max(r.shape[1] for r in rows) + 2 * _GAP
-    text = [f"{key}: {_fmt(value)}" for key, value in (caption or {}).items()]
+    text = [drawable(f"{key}: {_fmt(value)}") for key, value in (caption or {}).items()]
     lines = _wrap(text, width - 2 * _GAP)
     canvas = np.empty((sum(r.shape[0] + _GAP for r in rows) + _GAP + 18 * len(lines), width, 3), np.uint8)
     canvas[:] = BACKGROUND
@@ -201,6 +201,10 @@ class Animation:
             rgb = [Image.fromarray(cv2.cvtColor(im, cv2.COLOR_BGR2RGB)) for im in images]
             rgb[0].save(path, save_all=True, append_images=rgb[1:], duration=round(1000 / self.fps), loop=0)
         elif suffix == ".mp4":
+            try:  # OpenCV crashes on a path that is not valid UTF-8
+                str(path).encode("utf-8")
+            except UnicodeEncodeError:
+                raise OSError(f"cannot write {ascii(str(path))}: OpenCV needs a file name that is valid UTF-8") from None
             height, width = images[0].shape[:2]
             writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (width, height))
             if not writer.isOpened():
@@ -228,8 +232,36 @@ class Animation:
 
 # --- helpers --------------------------------------------------------------------------------------
 def _to_uint8(unit: np.ndarray) -> np.ndarray:
-    """[0, 1] floats → uint8, rounded to nearest."""
-    return np.rint(255 * np.asarray(unit, np.float64)).astype(np.uint8)
+    """[0, 1] floats → uint8, rounded to nearest (a diverged model's NaN shows black, ±Inf white/black)."""
+    unit = np.nan_to_num(np.asarray(unit, np.float64), nan=0.0, posinf=1.0, neginf=0.0)
+    return np.rint(255 * unit).astype(np.uint8)
+
+
+#: Longest caption item drawn; OpenCV's Hershey fonts draw printable ASCII only.
+_MAX_TEXT = 120
+
+
+def drawable(text: str) -> str:
+    """``text`` as OpenCV can draw it: printable ASCII ('?' for anything else, lone surrogates included:
+    OpenCV's text functions crash on strings that are not valid UTF-8), at most ``_MAX_TEXT`` characters."""
+    out = "".join(c if " " <= c <= "~" else "?" for c in text)
+    return out if len(out) <= _MAX_TEXT else out[: _MAX_TEXT - 3] + "..."
+
+
+def write_image(path: str | Path, image: np.ndarray) -> Path:
+    """Write ``image`` (BGR uint8) to ``path`` by its suffix; OSError naming the file if it is not written."""
+    path = Path(path)
+    try:  # encoded here, written by Python: OpenCV crashes on a path that is not valid UTF-8
+        ok, data = cv2.imencode(path.suffix or ".png", image)
+    except cv2.error as exc:
+        raise OSError(f"cannot write picture {ascii(str(path))}: {' '.join(str(exc).split())}") from None
+    if not ok:
+        raise OSError(f"cannot write picture {ascii(str(path))}: OpenCV cannot encode {path.suffix!r}")
+    try:
+        path.write_bytes(data.tobytes())
+    except OSError as exc:
+        raise OSError(f"cannot write picture {ascii(str(path))}: {exc.strerror or exc}") from None
+    return path
 
 
 def _check_uint8(image: np.ndarray, name: str) -> np.ndarray:
@@ -266,7 +298,7 @@ def _titled(title: str, image: np.ndarray) -> np.ndarray:
     out = np.empty((_TITLE_H + image.shape[0], image.shape[1], 3), np.uint8)
     out[:_TITLE_H] = TITLE_BG
     out[_TITLE_H:] = image
-    cv2.putText(out, title, (4, _TITLE_H - 6), _FONT, _SCALE, TITLE_FG, 1, cv2.LINE_AA)
+    cv2.putText(out, drawable(title), (4, _TITLE_H - 6), _FONT, _SCALE, TITLE_FG, 1, cv2.LINE_AA)
     return out
 
 

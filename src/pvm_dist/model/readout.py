@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from pvm_dist.model.numerics import kappa
-from pvm_dist.model.spec import Spec
+from pvm_dist.model.spec import Spec, SpecError
 from pvm_dist.model.topology import READOUT_HIDDEN, Topology
 
 F32, F64, I64 = np.float32, np.float64, np.int64
@@ -83,7 +83,8 @@ class Readout:
         """Build and seed the readout; ``momentum`` defaults to the spec's ``momentum`` (§4)."""
         spec = topology.spec
         if spec["4_layer_readout"]:
-            raise NotImplementedError("4_layer_readout (a second readout hidden layer) is not implemented")
+            raise SpecError(spec.source, "4_layer_readout", "a second readout hidden layer is not implemented; "
+                                                            "set it to 0, or train without the readout (--no-readout)")
         self.topo, self.spec = topology, spec
         self.seed = seed
         self.block, self.image_side, self.side = spec.block, spec.image_side, spec.layer_shapes[0]

@@ -57,7 +57,8 @@ def apply_events(events: list[ScheduleEvent], unit_layer: np.ndarray, lr: np.nda
     """Apply ``events`` in place to the per-unit float32 rate and momentum arrays."""
     for ev in events:
         sel = slice(None) if ev.layer is None else unit_layer == ev.layer
-        lr[sel] = np.float32(ev.learning_rate)
-        if ev.momentum is not None:
-            mom[sel] = np.float32(ev.momentum)
+        with np.errstate(over="ignore"):  # a rate past float32 becomes Inf: the run's divergence check names it
+            lr[sel] = np.float32(ev.learning_rate)
+            if ev.momentum is not None:
+                mom[sel] = np.float32(ev.momentum)
 

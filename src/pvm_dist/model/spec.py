@@ -15,7 +15,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pvm_dist.model.safe_load import TextFormatError, parse_json, read_text
+
 DERIVATIVE_MODES = ("original", "exact")
+FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
 
 #: Keys the original code reads but that do nothing there (pvm-algorithm.md §1.2).
 INERT_KEYS = frozenset(
@@ -82,6 +85,8 @@ def _non_negative_float(value: Any) -> float:
         raise ValueError(f"must be a number, got {value!r}") from None
     if not math.isfinite(x) or x < 0:
         raise ValueError(f"must be a finite non-negative number, got {value!r}")
+    if x > FLOAT32_MAX:
+        raise ValueError(f"must be at most {FLOAT32_MAX:.4g} (the engines compute in float32), got {value!r}")
     return x
 
 
@@ -128,6 +133,10 @@ def _derivative(value: Any) -> str:
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"must be a string, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800" in JSON): no file, log or picture can hold it
+        raise ValueError(f"is not valid Unicode text (character {exc.start}: {value[exc.start]!r})") from None
     return value
 
 
@@ -266,7 +275,7 @@ def spec_from_mapping(raw: Mapping[str, Any], name: str = "spec", source: str | 
             values[key] = field.default
             continue
         try:
-            values[key] = None if raw[key] is None and not field.required else field.parse(raw[key])
+            values[key] = None if raw[key] is None and field.default is None else field.parse(raw[key])
         except ValueError as exc:
             raise SpecError(source, key, str(exc)) from None
     ignored = {k: v for k, v in raw.items() if k not in FIELDS and k not in METADATA_KEYS}
@@ -303,8 +312,10 @@ def _check_fan_in(values: Mapping[str, Any], source: str) -> None:
                 "fan_in_square_size",
                 f"{q} does not fit layer {level - 1} ({lower}×{lower}) feeding layer {level}",
             )
-    centre = (q - 1) / 2
-    if len(shapes) > 1 and not any((i - centre) ** 2 + (j - centre) ** 2 <= rho**2 for i in range(q) for j in range(q)):
+    # The cell nearest the centre is the centre itself (odd q) or 0.5 off in both directions (even q):
+    # some cell is kept iff that one is (a closed form: q may be huge in a bad spec).
+    nearest = 0.0 if q % 2 else 0.5
+    if len(shapes) > 1 and not nearest <= rho**2:
         raise SpecError(source, "fan_in_radius", f"{rho} keeps no cell of the {q}×{q} fan-in square")
 
 
@@ -343,13 +354,11 @@ def load_spec(spec: str | Path | Mapping[str, Any] | Spec, name: str | None = No
         return spec_from_mapping(spec, name=name or str(spec.get("name", "spec")))
     path = resolve_spec_path(spec)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = parse_json(read_text(path))  # bounded: size, depth, no repeated keys
     except OSError as exc:
         raise SpecError(str(path), None, f"cannot be read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise SpecError(str(path), None, "is not a UTF-8 text file") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(str(path), None, f"is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    except TextFormatError as exc:
+        raise SpecError(str(path), None, str(exc)) from None
     return spec_from_mapping(raw, name=name or path.stem, source=str(path))

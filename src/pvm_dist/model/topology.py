@@ -15,6 +15,7 @@ from functools import cached_property
 
 import numpy as np
 
+from pvm_dist.model.budget import check_graph
 from pvm_dist.model.spec import Spec
 
 #: Hidden neurons of the readout MLP and the readout's output patch side = input_block_size (§4).
@@ -105,12 +106,12 @@ class Topology:
         level, r, c = int(self.layer[u]), int(self.row[u]), int(self.col[u])
         side = self.spec.layer_shapes[level]
         out = []
-        for dr in range(-radius, radius + 1):
-            for dc in range(-radius, radius + 1):
+        # Offsets that leave the layer are never kept: iterate only inside it (a radius of 10^6 costs nothing).
+        for dr in range(max(-radius, -r), min(radius, side - 1 - r) + 1):
+            for dc in range(max(-radius, -c), min(radius, side - 1 - c) + 1):
                 if dr * dr + dc * dc > radius * radius or (exclude_self and dr == 0 and dc == 0):
                     continue
-                if 0 <= r + dr < side and 0 <= c + dc < side:
-                    out.append(self.unit_id(level, r + dr, c + dc))
+                out.append(self.unit_id(level, r + dr, c + dc))
         return out
 
     def _build_context(self) -> list[list[int]]:
@@ -407,5 +408,7 @@ class Topology:
 
 
 def build_topology(spec: Spec) -> Topology:
-    """Build the graph of ``spec`` (a few ms for small, ~0.5 s for LARGE)."""
+    """Build the graph of ``spec`` (a few ms for small, ~0.5 s for LARGE); a graph that cannot fit in
+    this machine's memory is refused first (:func:`~pvm_dist.model.budget.check_graph`)."""
+    check_graph(spec)
     return Topology(spec)

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from pvm_dist.model.spec import Spec, load_spec
+from pvm_dist.model.spec import FLOAT32_MAX, Spec, load_spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +50,8 @@ class RunConfig:
                     (("steps", 1), ("n_seq", 1), ("metrics_every", 1), ("picture_every", 0), ("animation_frames", 0),
                      ("checkpoint_every", 0), ("keep_checkpoints", 1), ("keep_every", 0), ("readout_from", 0),
                      ("heldout_steps", 0)) if getattr(self, name) < low]
-        if self.readout_lr is not None and self.readout_lr < 0:
-            problems.append(f"readout_lr must be >= 0, got {self.readout_lr}")
+        if self.readout_lr is not None and not 0 <= self.readout_lr <= FLOAT32_MAX:
+            problems.append(f"readout_lr must be a number from 0 to {FLOAT32_MAX:.4g} (float32), got {self.readout_lr}")
         if problems:
             raise ValueError("; ".join(problems))
 

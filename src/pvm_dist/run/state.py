@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pvm_dist.io import checkpoint
 from pvm_dist.run.config import RunConfig
 
@@ -49,8 +51,21 @@ def save(path: str | os.PathLike[str], state: RunState, extra: Mapping[str, Any]
 def load(path: str | os.PathLike[str]) -> tuple[RunState, checkpoint.Checkpoint]:
     """Read a checkpoint as a RunState (CheckpointError names any damage), and the file's header."""
     ck = checkpoint.load(path)
+    _check_finite(path, ck)
     engine = {k: v for k, v in ck.state.items() if not k.startswith(READOUT_PREFIX)}
     readout = {k: v for k, v in ck.state.items() if k.startswith(READOUT_PREFIX)}
     meta = {"seed": ck.seed or 0, **ck.meta, "spec": ck.spec}
     meta.setdefault("steps", ck.step)
     return RunState(engine, readout, RunConfig.from_dict(meta)), ck
+
+
+def _check_finite(path: str | os.PathLike[str], ck: checkpoint.Checkpoint) -> None:
+    """A diverged model (NaN or Inf in its weights, momentum or readout) is refused: evaluating it reports
+    nothing, and resuming it trains nothing."""
+    for name, value in ck.state.items():
+        if name.endswith("_ring"):  # rings are activations, rebuilt from weights every step
+            continue
+        arr = np.asarray(value)
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise checkpoint.CheckpointError(path, f"'{name}' holds NaN or Inf: the run had diverged by step "
+                                                   f"{ck.step:,}; it cannot be evaluated or resumed")

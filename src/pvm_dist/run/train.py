@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import cv2
-
+from pvm_dist.io import pictures
 from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.evaluate import score_heldout
@@ -26,6 +26,11 @@ from pvm_dist.run.state import RunState
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
+log = logging.getLogger(__name__)
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, say); the message names it and the last good one."""
 
 
 @dataclasses.dataclass
@@ -76,19 +81,33 @@ class _RunFolder:
         self.path, self.tracker = run_dir, tracker
         self.picture: Path | None = None
 
-    def save_picture(self, session: Session) -> Path:
+    def save_picture(self, session: Session) -> Path | None:
+        """Write the picture of this step; a picture that cannot be written is reported, and training goes on."""
         path = self.path / "pictures" / f"step_{session.step:09d}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        cv2.imwrite(str(path), session.picture())
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pictures.write_image(path, session.picture())
+        except OSError as exc:
+            log.warning("pvm-dist: warning: %s; training goes on", exc)
+            return None
         if self.tracker is not None:
             self.tracker.log_artifact(path, "pictures")
         self.picture = path
         return path
 
     def save_checkpoint(self, state: RunState) -> Path:
-        """Write atomically, then keep the newest few plus every ``keep_every``-th."""
+        """Write atomically, then keep the newest few plus every ``keep_every``-th. A failed write (a full
+        disk) raises :class:`CheckpointWriteError`; the checkpoints already written stay as they are."""
         cfg = state.run
-        path = run_state.save(checkpoint_path(self.path, state.step), state)
+        target = checkpoint_path(self.path, state.step)
+        try:
+            path = run_state.save(target, state)
+        except OSError as exc:
+            kept = sorted((self.path / "checkpoints").glob(f"step_*{CHECKPOINT_SUFFIX}"))
+            raise CheckpointWriteError(
+                f"cannot write checkpoint {target}: {exc.strerror or exc}; "
+                + (f"the last good checkpoint {kept[-1]} is kept" if kept else "no earlier checkpoint was written")
+            ) from None
         for old in sorted((self.path / "checkpoints").glob(f"step_*{CHECKPOINT_SUFFIX}"))[: -cfg.keep_checkpoints]:
             if not (cfg.keep_every and int(old.stem.split("_")[1]) % cfg.keep_every == 0):
                 old.unlink(missing_ok=True)
@@ -119,12 +138,12 @@ def _start_tracker(cfg: RunConfig, session: Session, run_dir: Path) -> tuple[Tra
 def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
           on_progress: Callable[[Progress], None] | None = None) -> TrainResult:
     """Train until ``cfg.steps`` (or a stop signal), checkpointing and tracking as configured."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.heldout:  # fail now, not after training, if the held-out data cannot be read
         from pvm_dist.data import make_source
 
         make_source(cfg.heldout, cfg.spec.image_shape, 1, cfg.heldout_seed, data_path=cfg.data_path)
     session = Session(cfg, resume)
+    run_dir.mkdir(parents=True, exist_ok=True)  # once the model and data are known to load: no empty folders
     tracker = None
     if cfg.track:
         tracker, cfg = _start_tracker(cfg, session, run_dir)

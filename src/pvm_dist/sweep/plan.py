@@ -15,21 +15,31 @@ import dataclasses
 import difflib
 import importlib.util
 import itertools
+import json
 import math
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from pvm_dist.data.errors import DataError
+from pvm_dist.data.loader import data_entries
 from pvm_dist.engine import BACKENDS
+from pvm_dist.engine.budget import check_engine
+from pvm_dist.model.budget import MemoryBudgetError, check_graph
+from pvm_dist.model.topology import build_topology
+from pvm_dist.model.safe_load import TextFormatError, parse_yaml, read_text
 from pvm_dist.model.spec import FIELDS, Spec, SpecError, load_spec
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.metrics import LAYER_METRIC, METRICS, SPEED_METRICS
 
 DEFAULT_METRIC = "ratio_two_step"
+#: The most trials one sweep plans; counted before any trial is built (a grid multiplies fast).
+MAX_TRIALS = 10_000
+#: A trial's engine must fit in this much memory: more than any one GPU or host a worker runs on (the
+#: worker checks its own device again before allocating).
+MAX_TRIAL_BYTES = 2 << 40
 RANDOM_KINDS = ("uniform", "loguniform", "randint", "choice")
 SEED_PARAM = "seed"
 #: Run settings a sweep file may give (every trial's RunConfig; pvm_dist.run.config has their meaning).
@@ -56,13 +66,18 @@ class SweepError(ValueError):
     """An invalid sweep file; ``problems`` lists every problem found, each naming its key."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
-        self.source, self.problems = source, list(problems)
+        self.source, self.problems = _printable(source), [_printable(p) for p in problems]
         if len(self.problems) == 1:
             message = f"{source}: {self.problems[0]}"
         else:
             lines = [f"{source}: {len(self.problems)} problems", *(f"  - {p}" for p in self.problems)]
             message = "\n".join(lines)
         super().__init__(message)
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (a key may hold a newline): one problem stays one line."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,17 +298,6 @@ class SweepSpec:
 # Loading
 
 
-class _Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+|\.[0-9_]+[eE][-+]?[0-9]+)$"),
-    list("-+0123456789."),
-)
-
-
 def load_sweep(source: str | Path | Mapping[str, Any], base_dir: Path | None = None) -> SweepSpec:
     """Read, check and return a sweep from a YAML file or a mapping; raise :class:`SweepError`.
 
@@ -311,19 +315,16 @@ def load_sweep(source: str | Path | Mapping[str, Any], base_dir: Path | None = N
 def _read_yaml(path: Path) -> Any:
     if not path.exists():
         raise SweepError(str(path), ["no such sweep file"])
+    if path.is_dir():
+        raise SweepError(str(path), ["is a folder, not a sweep file"])
     try:
-        text = path.read_text(encoding="utf-8")
+        return parse_yaml(read_text(path))  # bounded: no aliases, no repeated keys, limited depth and size
     except OSError as exc:
         raise SweepError(str(path), [f"cannot be read ({exc.strerror or exc})"]) from None
     except UnicodeDecodeError:
         raise SweepError(str(path), ["is not a UTF-8 text file"]) from None
-    try:
-        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no Python objects
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SweepError(str(path), [f"is not valid YAML ({problem}{where})"]) from None
+    except TextFormatError as exc:
+        raise SweepError(str(path), [str(exc)]) from None
 
 
 class _Checker:
@@ -408,6 +409,7 @@ def _parse(raw: Any, label: str, default_name: str, base_dir: Path | None) -> Sw
     seed = c.integer("seed", raw.get("seed", 0), 0)
     overrides = _overrides(c, raw.get("overrides"))
     metric, mode = _metric(c, raw)
+    _metric_layer(c, metric, bases)
     frames = c.optional_integer("frames", raw.get("frames"), 1)
     steps = None if raw.get("steps") is None else c.integer("steps", raw["steps"], 1)
     step_counts = _step_counts(c, raw, vary, steps, frames)
@@ -441,7 +443,7 @@ def _parse(raw: Any, label: str, default_name: str, base_dir: Path | None) -> Sw
         max_failures=max_failures, max_concurrent=max_concurrent, early_stopping=early_stopping,
         description=description, frames=frames, search=search,
     )
-    problems = _trial_problems(sweep, bases)
+    problems = _plan_size_problems(sweep) or _trial_problems(sweep, bases)
     if problems:
         raise SweepError(label, problems)
     return sweep
@@ -457,6 +459,12 @@ def _run_config(c: _Checker, raw: Mapping[str, Any], bases: Mapping[str, Spec], 
     for key in ("data", "data_path", "heldout", "device"):
         if raw.get(key) is not None:
             values[key] = c.text(key, raw[key])
+    for key in ("data", "heldout"):
+        if values.get(key):
+            try:
+                data_entries(values[key])
+            except DataError as exc:
+                c.add(key, str(exc))
     if "readout" in raw and not isinstance(raw["readout"], bool):
         c.add("readout", f"must be true or false, got {raw['readout']!r}")
     values["readout"] = raw.get("readout")
@@ -468,7 +476,11 @@ def _run_config(c: _Checker, raw: Mapping[str, Any], bases: Mapping[str, Spec], 
     values["backend"] = backend
     if c.problems or not bases:
         return None
-    return RunConfig(spec=next(iter(bases.values())), track=False).replace(**values)
+    try:
+        return RunConfig(spec=next(iter(bases.values())), track=False).replace(**values)
+    except ValueError as exc:  # RunConfig's own bounds (each names its key)
+        c.problems.append(str(exc))
+        return None
 
 
 def _specs(c: _Checker, raw: Any, base_dir: Path | None) -> tuple[tuple[str, ...], dict[str, Spec]]:
@@ -725,6 +737,16 @@ def _metric(c: _Checker, raw: Mapping[str, Any]) -> tuple[str, str]:
     return metric, mode
 
 
+def _metric_layer(c: _Checker, metric: Any, bases: Mapping[str, Spec]) -> None:
+    """A per-layer metric must name a layer every spec of the sweep has."""
+    match = LAYER_METRIC.fullmatch(metric) if isinstance(metric, str) else None
+    if match is None or not bases:
+        return
+    layer, fewest = int(metric[len("layer"):].split("_")[0]), min(b.n_layers for b in bases.values())
+    if layer >= fewest:
+        c.add("metric", f"{metric!r} names layer {layer}, but a spec of this sweep has layers 0 to {fewest - 1}")
+
+
 def _at_most(c: _Checker, key: str, value: Any, default: int | None, limit: int | None, limit_key: str) -> int | None:
     """An interval of at least 1 and at most ``limit`` (another interval); ``default`` if absent."""
     if value is None:
@@ -846,12 +868,39 @@ def _search_raw(search: Search) -> dict[str, Any]:
     return {"type": search.type, "trials": search.trials}
 
 
+def _plan_size_problems(sweep: SweepSpec) -> list[str]:
+    """More than MAX_TRIALS planned trials, counted as a product before any is built."""
+    grid = [len(d.values) for d in sweep.vary.values() if not d.is_random]
+    count = len(sweep.specs) * math.prod(grid) * sweep.samples
+    if count <= MAX_TRIALS:
+        return []
+    factors = " × ".join([f"{len(sweep.specs)} spec(s)", *(f"{n:,}" for n in grid), f"{sweep.samples:,} sample(s)"])
+    return [f"vary: plans {count:,} trials ({factors}); a sweep plans at most {MAX_TRIALS:,}"]
+
+
+def _memory_problem(spec: Spec, n_seq: int) -> str | None:
+    """Why ``n_seq`` sequences of ``spec`` fit on no worker (its graph on this host first), or None."""
+    try:
+        check_graph(spec)
+        check_engine(build_topology(spec), n_seq, None, available=MAX_TRIAL_BYTES, where="a sweep trial may use at most")
+    except MemoryBudgetError as exc:
+        return f"n_seq: {exc}"
+    return None
+
+
 def _trial_problems(sweep: SweepSpec, bases: Mapping[str, Spec]) -> list[str]:
     """Build every planned trial's spec; each distinct rejection once, with the trials it hits."""
     hits: dict[str, list[str]] = {}
+    sized: dict[str, str | None] = {}  # each distinct model's memory problem, checked once
     for trial in sweep.plan() or _probe_trials(sweep):
         try:
-            bases[trial.spec].with_overrides(trial.overrides)
+            spec = bases[trial.spec].with_overrides(trial.overrides)
+            n_seq = int(trial.run.get("n_seq", sweep.run.n_seq))
+            key = json.dumps([spec.to_dict(), n_seq], sort_keys=True)
+            if key not in sized:
+                sized[key] = _memory_problem(spec, n_seq)
+            if sized[key]:
+                hits.setdefault(sized[key], []).append(trial.trial_id)
         except SpecError as exc:
             if exc.key in sweep.vary:
                 where = f"vary.{exc.key}"
