@@ -261,6 +261,7 @@ def train(
     resume: Annotated[Path | None, typer.Option("--resume", help="Continue bit-identically (and in the same MLflow run) from this checkpoint, with its data, cadence and tracking unless given here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final summary as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    log_every: Annotated[float | None, typer.Option("--log-every", help="Plain progress lines every N seconds instead of the bar (the default off a terminal, every 10 s).", min=0)] = None,
 ) -> None:
     """Train one model locally (native engine where built, else the numpy reference), tracked in MLflow.
 
@@ -300,7 +301,8 @@ def train(
         cfg = RunConfig(spec=s, overrides=parsed).replace(**given)
         folder = run_dir or Path("runs") / f"{s.name}-{_time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        result = _train_with_progress(cfg, folder, state, show=not (quiet or as_json), run=run_training)
+        result = _train_with_progress(cfg, folder, state, show=not (quiet or as_json), run=run_training,
+                                      log_every=log_every)
     except DataError as exc:
         raise UserError(str(exc)) from None
     cfg = result.config
@@ -319,8 +321,11 @@ def train(
         typer.echo(f"step {result.step:,} in {result.seconds:.1f} s ({result.steps_per_s:,.1f} steps/s, "
                    f"{result.frames_per_s:,.1f} frames/s)")
         if "l0_two_step_px" in m:
-            typer.echo(f"layer-0 two-step error {m['l0_two_step_px']:.2f} px RMSE; copy-last-frame "
-                       f"{m.get('baseline_two_step_px', float('nan')):.2f} px; ratio (MSE) {m.get('ratio_two_step', float('nan')):.3f}")
+            from pvm_dist.run.metrics import verdict
+
+            typer.echo(f"baselines: copy-last-frame {m.get('baseline_two_step_px', float('nan')):.2f} px RMSE, "
+                       f"background (running mean) {m.get('background_two_step_px', float('nan')):.2f} px RMSE")
+            typer.echo(verdict(m))
         h = result.heldout
         if "heldout_readout_iou" in h:
             typer.echo(f"held-out readout IoU {h['heldout_readout_iou']:.3f} (chance {h['heldout_readout_iou_chance']:.3f}, "
@@ -340,24 +345,16 @@ def train(
         raise typer.Exit(130)
 
 
-def _train_with_progress(cfg: Any, folder: Path, state: Any, show: bool, run: Any) -> Any:
+def _train_with_progress(cfg: Any, folder: Path, state: Any, show: bool, run: Any, log_every: float | None = None) -> Any:
     if not show:
         # Keep stdout for the JSON summary: MLflow prints "View run ..." lines there for HTTP trackers.
         import contextlib
 
         with contextlib.redirect_stdout(sys.stderr):
             return run(cfg, folder, state)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from pvm_dist.cli.progress import progress_reporter
 
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("step {task.completed:,.0f}/{task.total:,.0f}"),
-               TextColumn("{task.fields[rate]}"), TextColumn("err {task.fields[err]}"), TimeRemainingColumn()]
-    with Progress(*columns, transient=False) as bar:
-        task = bar.add_task(cfg.spec.name, total=cfg.steps, completed=state.step if state else 0, rate="", err="–")
-
-        def update(p: Any) -> None:
-            err = "–" if p.error is None else f"{p.error:.2f} px" + ("" if p.baseline is None else f" (copy-last {p.baseline:.2f} px)")
-            bar.update(task, completed=p.step, rate=f"{p.steps_per_s:,.1f} steps/s {p.frames_per_s:,.1f} fr/s", err=err)
-
+    with progress_reporter(cfg.spec.name, cfg.steps, state.step if state else 0, log_every) as update:
         return run(cfg, folder, state, on_progress=update)
 
 

@@ -38,6 +38,8 @@ class Progress:
     frames_per_s: float
     error: float | None  # layer-0 two-step RMSE in pixels
     baseline: float | None  # the copy-last-frame baseline's, in pixels
+    ratio: float | None = None  # MSE ratio to the copy-last-frame baseline (< 1 beats it)
+    ratio_background: float | None = None  # MSE ratio to the background baseline
 
 
 @dataclasses.dataclass
@@ -152,7 +154,8 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
                         tracker.log_metrics(metrics, step=s)
                     if on_progress:
                         on_progress(Progress(s, cfg.steps, metrics["steps_per_s"], metrics["frames_per_s"],
-                                             metrics.get("l0_two_step_px"), metrics.get("baseline_two_step_px")))
+                                             metrics.get("l0_two_step_px"), metrics.get("baseline_two_step_px"),
+                                             metrics.get("ratio_two_step"), metrics.get("ratio_background_two_step")))
                 if cfg.picture_every and s % cfg.picture_every == 0 and s < cfg.steps:
                     folder.save_picture(session)
                 if cfg.checkpoint_every and s % cfg.checkpoint_every == 0 and s < cfg.steps:
