@@ -479,7 +479,7 @@ def _print_comparison(result: dict, runs: list[dict]) -> None:
 @app.command(name="eval")
 def evaluate_checkpoint(
     checkpoint_file: Annotated[Path, typer.Argument(help="A .pvmckpt written by pvm-dist train.")],
-    data: Annotated[str, typer.Option("--data", "-d", help="Held-out frames (same forms as train --data).")] = "synthetic:balls",
+    data: Annotated[str | None, typer.Option("--data", "-d", help="Frames to score on (same forms as train --data). [default: the data the checkpoint records]")] = None,
     data_path: Annotated[str | None, typer.Option("--data-path", help="Folder holding the original PVM data zips.")] = None,
     steps: Annotated[int, typer.Option("--steps", "-n", help="Frames per sequence to evaluate.", min=3)] = 300,
     n_seq: Annotated[int, typer.Option("--n-seq", help="Sequences evaluated together.", min=1)] = 1,
@@ -511,9 +511,16 @@ def evaluate_checkpoint(
     if as_json:
         _print_json(result)
         return
-    typer.echo(f"{result['spec']} at step {result['trained_steps']:,} on {result['data']} ({steps} steps × {n_seq}):")
+    from pvm_dist.run.metrics import verdict
+
+    source = "the data the checkpoint records" if result["data_from"] == "checkpoint" else "--data"
+    typer.echo(f"{result['spec']} at step {result['trained_steps']:,} on {result['data']} ({source}; {steps} steps × {n_seq}):")
+    if result["wraps"]:
+        typer.echo(f"note: {result['data']} has {result['period']:,} frames per stream; {result['warmup'] + steps:,} steps "
+                   f"(warm-up included) go round it {result['wraps']} more time(s), so frames repeat in the score", err=True)
     for key, value in result["metrics"].items():
         typer.echo(f"  {key:<32} {value:.5g}")
+    typer.echo(verdict(result["metrics"]))
 
 
 def main() -> None:
