@@ -87,15 +87,18 @@ def info(
     spec: Annotated[str, typer.Argument(help="Spec file, or a model-zoo name (small, med, LARGE, tiny, ...).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     bandwidth: Annotated[
-        float, typer.Option("--bandwidth", help="Memory bandwidth in TB/s for the floor step rate.", min=0.001)
-    ] = DEFAULT_BANDWIDTH_TBS,
+        float | None, typer.Option("--bandwidth", help="Memory bandwidth in TB/s for the floor step rate. [default: 4.3, an H200's measured copy]", min=0.001)
+    ] = None,
 ) -> None:
     """Sizes and costs of a model: units, weights, image, per-layer sizes, FLOPs and bytes per step, memory floor."""
     from pvm_dist.model.spec import load_spec
     from pvm_dist.model.topology import build_topology
 
     s = load_spec(spec)
-    summary = build_topology(s).summary(bandwidth * 1e12)
+    summary = build_topology(s).summary((bandwidth or DEFAULT_BANDWIDTH_TBS) * 1e12)
+    summary["bandwidth_source"] = ("given with --bandwidth" if bandwidth is not None else
+                                   "assumed: an H200's measured device copy, not this machine; --bandwidth sets it, "
+                                   "pvm-dist bench measures it")
     summary["ignored_keys"] = sorted(s.ignored)
     summary["unknown_keys"] = list(s.unknown_keys)
     summary["spec"] = s.to_dict()
@@ -126,7 +129,7 @@ def _print_info(sm: dict, source: str) -> None:
     )
     con.print(
         f"  memory floor       {sm['floor_steps_per_s']:,.0f} steps/s ({sm['floor_step_us']:.1f} µs/step) "
-        f"at {sm['bandwidth_bytes_per_s'] / 1e12:g} TB/s, one sequence"
+        f"at {sm['bandwidth_bytes_per_s'] / 1e12:g} TB/s, one sequence ({sm['bandwidth_source']})"
     )
     table = Table(title="layers", show_edge=False)
     for col in ("layer", "grid", "units", "P", "M", "context (mean)", "N (mean)", "weights"):
@@ -525,6 +528,9 @@ def evaluate_checkpoint(
 
 def main() -> None:
     """Console-script entry point: run the app and turn user errors into one line + exit 2."""
+    from pvm_dist.cli.quiet import quiet_third_party
+
+    quiet_third_party()
     try:
         rc = app(standalone_mode=False)
     except click.exceptions.Abort:

@@ -33,10 +33,9 @@ def _clock(seconds: float) -> str:
 class LogLines:
     """Plain progress lines on ``stream``, at most every ``every`` seconds (and at the last step)."""
 
-    def __init__(self, name: str, first_step: int, every: float, stream: TextIO | None = None) -> None:
+    def __init__(self, name: str, every: float, stream: TextIO | None = None) -> None:
         self.name, self.every, self.stream = name, every, stream or sys.stdout
-        self._t0 = time.monotonic()
-        self._first = first_step
+        self._origin: tuple[float, int] | None = None  # (time, step) of the first report: start-up is not in the ETA
         self._last_line = -float("inf")
 
     def __call__(self, p: Any) -> None:
@@ -44,8 +43,11 @@ class LogLines:
         if now - self._last_line < self.every and p.step < p.steps:
             return
         self._last_line = now
-        done = p.step - self._first
-        rate = done / max(now - self._t0, 1e-9)  # wall clock: what the ETA is made of
+        if self._origin is None:
+            self._origin = (now, p.step)
+        t0, s0 = self._origin
+        # Wall clock since the first report (pictures, checkpoints included), the interval's rate before that.
+        rate = (p.step - s0) / (now - t0) if p.step > s0 and now > t0 else p.steps_per_s
         eta = (p.steps - p.step) / rate if rate > 0 else float("inf")
         print(f"{self.name} step {p.step:,}/{p.steps:,} ({100 * p.step / p.steps:.0f}%)  {p.steps_per_s:,.0f} steps/s  "
               f"{p.frames_per_s:,.0f} frames/s  err {error_text(p)}  ETA {_clock(eta)}", file=self.stream, flush=True)
@@ -56,7 +58,7 @@ def progress_reporter(name: str, steps: int, first_step: int, log_every: float |
     """The progress callback for a run of ``name`` to ``steps``: a rich bar on a terminal, else :class:`LogLines`
     (``log_every`` seconds apart; given, it forces log lines on a terminal too)."""
     if log_every is not None or not sys.stdout.isatty():
-        yield LogLines(name, first_step, LOG_EVERY_S if log_every is None else log_every)
+        yield LogLines(name, LOG_EVERY_S if log_every is None else log_every)
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
