@@ -435,10 +435,11 @@ def compare(
     order: Annotated[str, typer.Option("--order", help="auto (errors ascending, rates/IoU descending), asc or desc.")] = "auto",
     top: Annotated[int, typer.Option("--top", help="Rows to show (and curves to plot).", min=1)] = 20,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves of the top runs to this PNG.")] = None,
+    group: Annotated[str | None, typer.Option("--group-by", help="Merge runs that differ only in this param (e.g. seed): mean ± std.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Compare an experiment's runs: the params that differ, final metrics and fps, best first."""
-    from pvm_dist.tracking.compare import CompareError, comparison, plot_curves
+    """Compare an experiment's runs: the params that differ, the last step, how each ended, final metrics and fps, best first."""
+    from pvm_dist.tracking.compare import CompareError, comparison, group_by, plot_curves
     from pvm_dist.tracking.tracker import default_tracking_uri
 
     if order not in ("auto", "asc", "desc"):
@@ -451,8 +452,13 @@ def compare(
     except Exception as exc:  # an unreachable or broken tracking store
         raise UserError(f"cannot read MLflow at {uri}: {type(exc).__name__}: {exc}") from None
     runs = result["runs"][:top]
+    if group is not None:
+        if group not in result["columns"].values():
+            raise UserError(f"--group-by {group}: not a param that differs between runs "
+                            f"(those: {', '.join(result['columns'].values()) or 'none'})")
+        result["groups"] = group_by(result["runs"], group)
     if plot is not None:
-        result["plot"] = str(plot_curves(uri, [r["run_id"] for r in runs], [r["name"] for r in runs], metric, plot))
+        result["plot"] = str(plot_curves(uri, [r["run_id"] for r in runs], [r["label"] for r in runs], metric, plot))
     if as_json:
         _print_json({**result, "runs": runs})
         return
@@ -464,14 +470,27 @@ def _print_comparison(result: dict, runs: list[dict]) -> None:
     from rich.table import Table
 
     direction = "higher is better" if result["descending"] else "lower is better"
-    table = Table(title=f"{result['experiment']}: {len(result['runs'])} runs, by {result['metric']} ({direction})")
-    for col in ("run", "status", *result["differing_params"], result["metric"], "frames/s"):
+    con = Console()
+    if "groups" in result:
+        cols = [k for k, short in result["columns"].items() if k in result["groups"][0]["params"]] if result["groups"] else []
+        table = Table(title=f"{result['experiment']}: {len(result['groups'])} groups, {result['metric']} mean ± std ({direction})")
+        for col in (*[result["columns"][k] for k in cols], "runs", result["metric"]):
+            table.add_column(col, justify="right")
+        for g in result["groups"]:
+            value = "–" if g["metric_mean"] is None else f"{g['metric_mean']:.4g} ± {g['metric_std']:.2g}"
+            table.add_row(*[str(g["params"].get(k, "–")) for k in cols], str(g["runs"]), value)
+        con.print(table)
+        return
+    table = Table(title=f"{result['experiment']}: {len(result['runs'])} runs, by {result['metric']} ({direction}; "
+                        "runs that went the whole way first)")
+    for col in ("run", "ended", "step", *result["columns"].values(), result["metric"], "frames/s"):
         table.add_column(col, justify="right")
     for r in runs:
         value = "–" if r["metric"] is None else f"{r['metric']:.5g}"
         fps = "–" if r["frames_per_s"] is None else f"{r['frames_per_s']:,.0f}"
-        table.add_row(r["name"], r["status"], *[str(r["params"].get(k, "–")) for k in result["differing_params"]], value, fps)
-    con = Console()
+        step = "–" if r["step"] is None else f"{r['step']:,}"
+        table.add_row(r["name"], r["ended"], step, *[str(r["params"].get(k, "–")) for k in result["differing_params"]],
+                      value, fps)
     con.print(table)
     if not result["differing_params"]:
         con.print("(every run has the same parameters)")
