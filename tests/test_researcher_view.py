@@ -16,7 +16,7 @@ from conftest import cli_command
 from test_data_video import write_video
 
 CLI = cli_command()
-PROGRESS = re.compile(r"^tiny step ([\d,]+)/([\d,]+) \(\d+%\)  [\d,]+ steps/s  [\d,]+ frames/s  err .* px RMSE "
+PROGRESS = re.compile(r"^first step ([\d,]+)/([\d,]+) \(\d+%\)  [\d,]+ steps/s  [\d,]+ frames/s  err .* px RMSE "
                       r"\(MSE [\d.]+× copy-last, [\d.]+× background\)  ETA \d+:\d\d:\d\d$")
 
 

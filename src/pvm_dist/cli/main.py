@@ -237,10 +237,10 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 @app.command()
 def train(
-    spec: Annotated[str, typer.Option("--spec", "-s", help="Spec file or model-zoo name.")] = "tiny",
+    spec: Annotated[str | None, typer.Option("--spec", "-s", help="Spec file or model-zoo name (default: the first run: spec 'first', 120,000 steps, no readout).")] = None,
     data: Annotated[str | None, typer.Option("--data", "-d", help="Frames: synthetic:balls|bar|noise, a video, a folder of images, a PVM .zip (or a comma list), or a set name with --data-path. [default: synthetic:balls]")] = None,
     data_path: Annotated[str | None, typer.Option("--data-path", help="Folder holding the original PVM data zips (for set names).")] = None,
-    steps: Annotated[int | None, typer.Option("--steps", "-n", help="Train until this step (also when resuming). [default: 1000]", min=1)] = None,
+    steps: Annotated[int | None, typer.Option("--steps", "-n", help="Train until this step (also when resuming). [default: 120,000 without --spec, else 1,000]", min=1)] = None,
     n_seq: Annotated[int | None, typer.Option("--n-seq", help="Independent sequences trained together (shared weights). [default: 1]", min=1)] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="auto (native where built), reference or native. [default: auto]")] = None,
     device: Annotated[str | None, typer.Option("--device", help="Native engine device: cpu, cuda or cuda:N (default: a GPU if visible).")] = None,
@@ -249,9 +249,9 @@ def train(
     checkpoint_every: Annotated[int | None, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps (0: at the end only). [default: 0]", min=0)] = None,
     keep: Annotated[int | None, typer.Option("--keep", help="How many of the newest checkpoints to keep. [default: 2]", min=1)] = None,
     keep_every: Annotated[int | None, typer.Option("--keep-every", help="Also keep every checkpoint whose step is a multiple of N (0: none). [default: 0]", min=0)] = None,
-    metrics_every: Annotated[int | None, typer.Option("--metrics-every", help="Read and log metrics every N steps. [default: 50]", min=1)] = None,
-    picture_every: Annotated[int | None, typer.Option("--picture-every", help="Save a picture every N steps (0: at the end only). [default: 500]", min=0)] = None,
-    readout: Annotated[bool | None, typer.Option("--readout/--no-readout", help="Train the heatmap readout on labelled data. [default: on]")] = None,
+    metrics_every: Annotated[int | None, typer.Option("--metrics-every", help="Read and log metrics every N steps. [default: 1,000 without --spec, else 50]", min=1)] = None,
+    picture_every: Annotated[int | None, typer.Option("--picture-every", help="Save a picture every N steps (0: at the end only). [default: 40,000 without --spec, else 500]", min=0)] = None,
+    readout: Annotated[bool | None, typer.Option("--readout/--no-readout", help="Train the heatmap readout on labelled data. [default: on with --spec, off for the first run]")] = None,
     readout_from: Annotated[int | None, typer.Option("--readout-from", help="Train the readout from this step on (the original waits 1,000,000). [default: 0]", min=0)] = None,
     readout_lr: Annotated[float | None, typer.Option("--readout-lr", help="Readout learning rate (default: the original's schedule, 0.01 then 10× the PVM rate).", min=0)] = None,
     heldout: Annotated[str | None, typer.Option("--heldout", help="Data to score the final readout on (IoU, hit rate; default: synthetic data of seed+1, none for files).")] = None,
@@ -297,11 +297,13 @@ def train(
             raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
         folder = run_dir or Path(resume).resolve().parent.parent
     else:
+        from pvm_dist.run.config import FIRST_RUN_SPEC, first_run
+
         parsed = _parse_overrides(overrides)
-        s = load_spec(spec)
+        s = load_spec(spec or FIRST_RUN_SPEC)
         if parsed:
             s = s.with_overrides(parsed)
-        cfg = RunConfig(spec=s, overrides=parsed).replace(**given)
+        cfg = RunConfig(spec=s, overrides=parsed).replace(**given) if spec else first_run(given).replace(spec=s, overrides=parsed)
         folder = run_dir or Path("runs") / f"{s.name}-{_time.strftime('%Y%m%d-%H%M%S')}"
     try:
         result = _train_with_progress(cfg, folder, state, show=not (quiet or as_json), run=run_training,

@@ -20,7 +20,7 @@ import cv2
 from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.evaluate import score_heldout
-from pvm_dist.run.session import Session
+from pvm_dist.run.session import RunDiverged, Session
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
@@ -110,7 +110,8 @@ def _start_tracker(cfg: RunConfig, session: Session, run_dir: Path) -> tuple[Tra
     resuming = cfg.run_id is not None
     cfg = cfg.replace(mlflow_uri=cfg.mlflow_uri or default_tracking_uri())
     tracker = Tracker.start(cfg.mlflow_uri, cfg.experiment, run_name=cfg.run_name or run_dir.name, run_id=cfg.run_id,
-                            tags=run_tags(session.engine.backend, session.engine.device_label, {"run_dir": str(run_dir)}),
+                            tags=run_tags(session.engine.backend, session.engine.device_label,
+                                          {"run_dir": str(run_dir), "pvm_dist.command": cfg.command()}),
                             fallback_dir=run_dir / "tracking-fallback")
     if not resuming:
         tracker.log_params(cfg.params())
@@ -179,6 +180,10 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
             if heldout and tracker is not None:
                 tracker.log_metrics(heldout, step=session.step)
         status = "KILLED" if interrupted else "FINISHED"
+    except RunDiverged as exc:  # compare shows why the run failed
+        if tracker is not None:
+            tracker.set_tags({"status_reason": str(exc)})
+        raise
     finally:
         if tracker is not None:
             tracker.close(status)

@@ -48,6 +48,7 @@ from pvm_dist.sweep.journal import (
 )
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
 from pvm_dist.sweep.scheduler import Action, ChunkPlan, make_scheduler
+from pvm_dist.tracking.compare import label
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
@@ -212,10 +213,11 @@ class Driver:
         trial, ts, w = self.trials[ev.trial_id], self.state.trials[ev.trial_id], ev.worker
         where = {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id, "node": w.node, "worker_host": w.host,
                  "gpu": w.gpu}
-        tracker = Tracker.start(self.mlflow_uri, self.experiment, run_name=trial.trial_id, run_id=ts.run_id,
-                                parent_run_id=self.parent.run_id, tags=run_tags(ev.backend, ev.device, where),
-                                fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback")
         config = self.sweep.trial_config(trial)
+        tracker = Tracker.start(self.mlflow_uri, self.experiment, run_name=f"{label(trial.varied)} ({trial.trial_id})".strip(),
+                                run_id=ts.run_id, parent_run_id=self.parent.run_id,
+                                tags=run_tags(ev.backend, ev.device, {**where, "pvm_dist.command": config.command()}),
+                                fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback")
         if ts.run_id is None:
             tracker.log_params(self._trial_params(trial, config))
             if tracker.run_id:
@@ -334,7 +336,8 @@ class Driver:
         resuming = self.state.parent_run_id is not None
         self.parent = Tracker.start(self.mlflow_uri, self.experiment, run_name=self.folder.sweep_id,
                                     run_id=self.state.parent_run_id,
-                                    tags=run_tags(extra={"sweep_id": self.folder.sweep_id, "pvm_dist.role": "sweep"}),
+                                    tags=run_tags(extra={"sweep_id": self.folder.sweep_id, "pvm_dist.role": "sweep",
+                                                         "mlflow.note.content": self.sweep.description or self.sweep.name}),
                                     fallback_dir=self.folder.path / "tracking-fallback")
         if not resuming:
             self.parent.log_params({"sweep": self.sweep.to_dict(), "n_trials": len(self.trials)})
