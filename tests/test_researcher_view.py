@@ -63,3 +63,49 @@ def test_eval_scores_the_checkpoints_data_says_it_wraps_and_gives_a_verdict(env,
     given = json.loads(subprocess.run([*CLI, "eval", ck, "--steps", "10", "--data", "synthetic:bar", "--json"],
                                       capture_output=True, text=True, env=env).stdout)
     assert given["data"] == "synthetic:bar" and given["data_from"] == "--data" and given["wraps"] == 0
+
+
+def test_a_first_tracked_run_and_doctor_say_nothing_a_user_cannot_act_on(env, tmp_path):
+    """A fresh MLflow store: no table-creation INFO lines; no GPU: doctor says so in words."""
+    import shutil
+
+    out = subprocess.run([*CLI, "train", "--spec", "tiny", "--steps", "5", "--picture-every", "0", "-q",
+                          "--run-dir", str(tmp_path / "r")], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "INFO" not in out.stderr and "database tables" not in out.stderr
+    from pvm_dist.cli.quiet import RAY_AUTH_LOGGER, quiet_third_party
+    import logging
+
+    quiet_third_party()
+    ray_auth = logging.getLogger(RAY_AUTH_LOGGER)
+    enabled = logging.LogRecord(RAY_AUTH_LOGGER, logging.WARNING, "", 0, "Token authentication is enabled for this Ray cluster.", (), None)
+    disabled = logging.LogRecord(RAY_AUTH_LOGGER, logging.WARNING, "", 0, "Token authentication is disabled for this Ray cluster.", (), None)
+    assert not ray_auth.filter(enabled) and ray_auth.filter(disabled)  # the warning a user can act on stays
+    doctor = json.loads(subprocess.run([*CLI, "doctor", "--no-ray", "--json"], capture_output=True, text=True, env=env).stdout)
+    if shutil.which("nvidia-smi") is None:
+        assert doctor["gpu"] == "none: training runs on the CPU (no NVIDIA driver on this machine)"
+        assert "cuda_error" not in doctor["native_module"]
+
+
+def test_pictures_reach_mlflow_as_an_image_series_with_steps(tmp_path):
+    """What MLflow's Images view reads: images/<key>+step+<s>+timestamp+...png with a WebP preview, and the tag."""
+    import mlflow
+
+    from pvm_dist.model.spec import load_spec
+    from pvm_dist.run.config import RunConfig
+    from pvm_dist.run.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = RunConfig(spec=load_spec("tiny"), steps=40, picture_every=20, metrics_every=20, readout=False,
+                    animation_frames=10, mlflow_uri=uri, experiment="images")
+    result = train(cfg, tmp_path / "r")
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    run = client.get_run(result.config.run_id)
+    names = [Path(a.path).name for a in client.list_artifacts(run.info.run_id, "images")]
+    steps = sorted(int(n.split("+step+")[1].split("+")[0]) for n in names if n.endswith(".png"))
+    assert steps == [20, 40] and sum(n.endswith("+compressed.webp") for n in names) == 2
+    assert all(n.startswith("prediction+step+") for n in names)
+    assert run.data.tags["mlflow.loggedImages"] == "true"
+    assert run.data.tags["pvm_dist.command"].startswith("pvm-dist train --spec tiny --steps 40 ")
+    assert run.data.tags["mlflow.user"] and run.data.tags["mlflow.source.name"] == "pvm-dist"
+    assert "prediction.gif" in {a.path for a in client.list_artifacts(run.info.run_id)}

@@ -23,6 +23,7 @@ from pvm_dist.run.evaluate import score_heldout
 from pvm_dist.run.session import RunDiverged, Session
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
+from pvm_dist.tracking.images import log_image_series
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
@@ -84,6 +85,7 @@ class _RunFolder:
         cv2.imwrite(str(path), session.picture())
         if self.tracker is not None:
             self.tracker.log_artifact(path, "pictures")
+            log_image_series(self.tracker, path, session.step, self.path / "tracking-images")
         self.picture = path
         return path
 

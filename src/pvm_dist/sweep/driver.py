@@ -49,6 +49,7 @@ from pvm_dist.sweep.journal import (
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
 from pvm_dist.sweep.scheduler import Action, ChunkPlan, make_scheduler
 from pvm_dist.tracking.compare import label
+from pvm_dist.tracking.images import log_image_series
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
@@ -286,6 +287,8 @@ class Driver:
         live.tracker.log_artifact(path, "checkpoints")
         if picture:
             self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
+            log_image_series(live.tracker, self.folder.trial_dir(live.trial.trial_id) / "pictures" / f"step_{step:09d}.png",
+                             step, self.folder.trial_dir(live.trial.trial_id) / "tracking-images")
 
     def _keep_artifact(self, live: _Live, name: str, data: bytes, artifact_path: str | None) -> None:
         """A file the worker sent, kept in the trial's folder and logged to its run."""

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from pvm_dist.sweep.journal import FINAL_STATUSES, RUNNING, SweepState
+from pvm_dist.tracking.compare import short_name
 
 STATUS_STYLE = {"RUNNING": "cyan", "FINISHED": "green", "STOPPED": "yellow", "FAILED": "red", "PENDING": "dim"}
 
@@ -58,7 +59,7 @@ def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: s
             if k not in varied_keys:
                 varied_keys.append(k)
     tab = Table(title=title, show_edge=False, header_style="bold")
-    for col in ["trial", *varied_keys, "status", "step", "frames/s", metric, "ETA", "where"]:
+    for col in ["trial", *[short_name(k) for k in varied_keys], "status", "step", "frames/s", metric, "ETA", "where"]:
         tab.add_column(col, justify="left" if col in ("trial", "status", "where") else "right")
     for r in rows(state, trials, steps):
         style = STATUS_STYLE.get(r["status"], "")
