@@ -3,9 +3,10 @@
 The whole run (120,000 steps, about two minutes on a 2-core CPU) is the README's first command, which CI
 runs; here the same configuration runs its first SHORT_STEPS steps through the same ``train`` and the
 ratios it logs to ``metrics.jsonl`` are read back. The full run's curve (experiments/first_run.md) falls
-from 1.96 at step 1,000 to 1.7 by step 20,000 and about 1.2 at the end, against copy-last-frame; against
-the background baseline from 1.15 to below 1 by step 20,000. The thresholds leave room for nothing but
-the determinism of a seeded run (the numbers are bit-identical on every run of one machine).
+from 1.96 at step 1,000 to 1.55 at step 20,000 (0.79 of the first) and 1.14 at the end (0.58), against
+copy-last-frame; against the background baseline from 1.13 to 0.92 at step 20,000 and 0.66 at the end.
+The thresholds (0.9 of the first value, and below 1 against the background) hold with a margin for
+another CPU's float reductions; a model that stopped learning (tiny's cooled schedule) fails them.
 """
 
 from __future__ import annotations
