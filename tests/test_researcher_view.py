@@ -109,3 +109,19 @@ def test_pictures_reach_mlflow_as_an_image_series_with_steps(tmp_path):
     assert run.data.tags["pvm_dist.command"].startswith("pvm-dist train --spec tiny --steps 40 ")
     assert run.data.tags["mlflow.user"] and run.data.tags["mlflow.source.name"] == "pvm-dist"
     assert "prediction.gif" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_a_sweep_off_a_terminal_logs_plain_lines(tmp_path):
+    """The line a sweep prints to a job log: trials done, each running trial's step and metric, the ETA."""
+    from pvm_dist.sweep import progress
+    from pvm_dist.sweep.journal import RUNNING, SweepFolder
+    from pvm_dist.sweep.plan import load_sweep
+
+    sweep = load_sweep(Path(__file__).resolve().parent.parent / "experiments" / "quickstart.yaml")
+    trials = sweep.plan()
+    folder = SweepFolder.create(tmp_path, "q", sweep.to_dict(), [t.to_dict() for t in trials])
+    state = folder.state()
+    first = state.trials[trials[0].trial_id]
+    first.status, first.step, first.metric = RUNNING, 2000, 1.75
+    line = progress.log_line(state, [t.to_dict() for t in trials], sweep.steps, sweep.metric)
+    assert line.startswith("0/4 trials done · running: t000 2,000/10,000 ratio_two_step 1.75 · overall ETA ")

@@ -72,6 +72,16 @@ def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: s
     return tab
 
 
+def log_line(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str) -> str:
+    """One plain line of the sweep's progress (for logs that are not a terminal): trials done, each running
+    trial's step and metric, the overall ETA."""
+    done = sum(1 for t in state.trials.values() if t.status in FINAL_STATUSES)
+    running = [f"{r['trial_id']} {r['step']:,}/{steps:,} {metric} {_fmt(r['metric'], '.4g')}"
+               for r in rows(state, trials, steps) if r["status"] == RUNNING]
+    return (f"{done}/{len(trials)} trials done · running: {', '.join(running) or 'none'} · "
+            f"overall ETA {_duration(overall_eta(state, steps))}")
+
+
 def _fmt(value: Any, spec: str = "") -> str:
     if value is None:
         return "–"
