@@ -93,8 +93,8 @@ def sweep_store(tmp_path):
     return uri
 
 
-def test_compare_says_how_each_trial_ended_and_ranks_whole_runs_first(sweep_store, tmp_path):
-    out = run("compare", "sw", "--mlflow", sweep_store, "--json", "--plot", str(tmp_path / "c.png"))
+def test_compare_says_how_each_trial_ended_and_ranks_whole_runs_first(sweep_store):
+    out = run("compare", "sw", "--mlflow", sweep_store, "--json")
     assert out.returncode == 0, out.stderr
     js = json.loads(out.stdout)
     runs = {r["name"]: r for r in js["runs"]}
@@ -107,8 +107,6 @@ def test_compare_says_how_each_trial_ended_and_ranks_whole_runs_first(sweep_stor
     # Only what varies, under short names; momentum is tiny's own value in every run, so no column.
     assert js["columns"] == {"seed": "seed", "steps": "steps", "varied.initial_learning_rate": "lr"}
     assert runs["full"]["label"] == "seed=0 steps=10 lr=0.01"
-    table = run("compare", "sw", "--mlflow", sweep_store)
-    assert "ASHA" in table.stdout and " lr " in table.stdout and "spec.momentum" not in table.stdout
 
 
 def test_group_by_seed_gives_mean_and_std():
