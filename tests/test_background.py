@@ -29,8 +29,12 @@ def oracle_of(frames: np.ndarray) -> RunningMeanBackground:
     return oracle
 
 
+@pytest.mark.parametrize("product_bytes", [64 << 20, 8 * 75 * 3 * 2])  # 32 steps a product; 2 (large batches)
 @pytest.mark.parametrize("chunks", [[1] * 40, [7, 33], [40], [2, 1, 37]])
-def test_blocks_of_any_size_give_the_oracles_errors(chunks):
+def test_blocks_of_any_size_give_the_oracles_errors(chunks, product_bytes, monkeypatch):
+    import pvm_dist.run.background as background
+
+    monkeypatch.setattr(background, "_BLOCK_BYTES", product_bytes)
     rng = np.random.default_rng(1)
     frames = rng.integers(0, 256, (40, 3, 5, 5, 3), dtype=np.uint8)
     bg, step = BackgroundBaseline(), 0

@@ -24,7 +24,8 @@ from pvm_dist.model.numerics import compress_frame
 
 ALPHA = 1.0 / 16  # the running mean's weight of the newest frame: a memory of about 16 steps
 PRIME_STEPS = 320  # frames read back on resume: the mean then differs from an unbroken run's by (1−α)^320 < 1e-8
-_BLOCK = 32  # steps per matrix product
+_BLOCK = 32  # steps per matrix product, at most ...
+_BLOCK_BYTES = 64 << 20  # ... and at most this many bytes of float64 frames (large batches: fewer steps)
 
 
 class BackgroundBaseline:
@@ -53,9 +54,11 @@ class BackgroundBaseline:
         if self._next_step != first_step or (self._mean is not None and _array_module(self._mean) is not xp):
             self._mean = self._mean2 = self._last = None
             self._seen = 0
-        c = _compress(xp, frames).reshape(len(frames), -1)
-        for i in range(0, len(c), _BLOCK):
-            self._block(xp, first_step + i, c[i : i + _BLOCK])
+        entries = int(np.prod(frames.shape[1:]))
+        block = max(1, min(_BLOCK, _BLOCK_BYTES // (8 * entries)))
+        for i in range(0, len(frames), block):
+            c = _compress(xp, frames[i : i + block])
+            self._block(xp, first_step + i, c.reshape(len(c), -1))
         self._next_step = first_step + len(frames)
 
     def _block(self, xp: Any, first_step: int, c: Any) -> None:
