@@ -48,7 +48,7 @@ def tiny_spec(**changes) -> dict:
 @pytest.fixture
 def checkpoint(cli, tmp_path) -> Path:
     """A 10-step untracked tiny run's final checkpoint."""
-    code, _, err = cli("train", "--steps", "10", "--no-track", "-q", "--run-dir", str(tmp_path / "run"),
+    code, _, err = cli("train", "--spec", "tiny", "--steps", "10", "--no-track", "-q", "--run-dir", str(tmp_path / "run"),
                        "--picture-every", "0", "--heldout-steps", "0")
     assert code == 0, err
     return tmp_path / "run" / "checkpoints" / "step_000000010.pvmckpt"
@@ -346,7 +346,7 @@ def test_runs_started_in_the_same_second_get_their_own_folders(cli, monkeypatch)
     monkeypatch.setattr(time_module, "strftime", lambda *args: "20260101-000000")
     folders = []
     for _ in range(2):
-        code, out, err = cli("train", "--steps", "3", "--no-track", "--json", "--picture-every", "0", "--heldout-steps", "0")
+        code, out, err = cli("train", "--spec", "tiny", "--steps", "3", "--no-track", "--json", "--picture-every", "0", "--heldout-steps", "0")
         assert code == 0, err
         folders.append(json.loads(out)["run_dir"])
     assert folders == ["runs/tiny-20260101-000000", "runs/tiny-20260101-000000-2"]

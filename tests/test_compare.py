@@ -67,3 +67,54 @@ def test_a_value_logged_under_several_names_is_shown_once():
     # Under one name only when the values agree.
     odd = RunRow("id", "n", "FINISHED", {"varied.lr": "0.3", "spec.lr": "0.4", "seed": "3"}, {}, 0)
     assert "spec.lr" in differing_params([row("0.1", "1"), odd])
+
+
+@pytest.fixture
+def sweep_store(tmp_path):
+    """Trials as a sweep leaves them: finished, stopped early by ASHA, failed, killed, resumed."""
+    uri = f"sqlite:///{tmp_path / 'sweep.db'}"
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("sw", artifact_location=str(tmp_path / "art"))
+    trials = {  # name: (lr, seed, steps logged, final ratio, status, tags)
+        "full": ("0.01", "0", range(1, 11), 0.8, "FINISHED", {"sweep_status": "FINISHED"}),
+        "resumed": ("0.02", "0", [*range(1, 4), *range(4, 7)], 0.7, "FINISHED", {}),
+        "stopped": ("0.03", "0", range(1, 6), 0.5, "FINISHED", {"sweep_status": "STOPPED", "status_reason": "early stop"}),
+        "failed": ("0.04", "0", range(1, 4), 0.6, "FAILED", {"sweep_status": "FAILED", "status_reason": "diverged by step 3"}),
+        "killed": ("0.01", "1", range(1, 5), 0.9, "KILLED", {}),
+    }
+    for name, (lr, seed, steps, final, status, tags) in trials.items():
+        run = client.create_run(exp, run_name=name, tags=tags)
+        for k, v in {"varied.initial_learning_rate": lr, "spec.initial_learning_rate": lr, "seed": seed,
+                     "spec_name": "tiny", "spec.momentum": "0.1", "steps": "3" if name == "resumed" else "10"}.items():
+            client.log_param(run.info.run_id, k, v)
+        for step in steps:
+            client.log_metric(run.info.run_id, "ratio_two_step", final + 0.01 * (10 - step), step=step)
+        client.set_terminated(run.info.run_id, status=status)
+    return uri
+
+
+def test_compare_says_how_each_trial_ended_and_ranks_whole_runs_first(sweep_store):
+    out = run("compare", "sw", "--mlflow", sweep_store, "--json")
+    assert out.returncode == 0, out.stderr
+    js = json.loads(out.stdout)
+    runs = {r["name"]: r for r in js["runs"]}
+    assert [r["name"] for r in js["runs"]][:2] == ["resumed", "full"]  # the stopped trial's lower ratio is at step 5
+    assert runs["full"]["ended"] == "finished" and runs["full"]["step"] == 10
+    assert runs["resumed"]["step"] == 6  # its last logged step, not the steps it was first asked for
+    assert runs["stopped"]["ended"] == "stopped by ASHA at step 5"
+    assert runs["failed"]["ended"] == "failed at step 3: diverged by step 3"
+    assert runs["killed"]["ended"] == "killed at step 4"
+    # Only what varies, under short names; momentum is tiny's own value in every run, so no column.
+    assert js["columns"] == {"seed": "seed", "steps": "steps", "varied.initial_learning_rate": "lr"}
+    assert runs["full"]["label"] == "seed=0 steps=10 lr=0.01"
+
+
+def test_group_by_seed_gives_mean_and_std():
+    from pvm_dist.tracking.compare import group_by
+
+    runs = [{"params": {"seed": s, "varied.initial_learning_rate": lr}, "metric": m, "name": f"r{i}", "run_id": str(i)}
+            for i, (s, lr, m) in enumerate([("0", "0.1", 1.0), ("1", "0.1", 3.0), ("0", "0.2", 5.0)])]
+    groups = {g["params"]["varied.initial_learning_rate"]: g for g in group_by(runs, "seed")}
+    assert groups["0.1"]["runs"] == 2 and groups["0.1"]["metric_mean"] == 2.0
+    assert groups["0.1"]["metric_std"] == pytest.approx(2 ** 0.5)
+    assert groups["0.2"]["runs"] == 1 and groups["0.2"]["metric_std"] == 0.0

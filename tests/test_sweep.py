@@ -154,7 +154,8 @@ def test_local_sweep_with_early_stopping_against_a_tracking_server(tmp_path):
                              text=True, timeout=120, env={**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})
         assert cmp.returncode == 0, cmp.stderr
         rows = json.loads(cmp.stdout)["runs"]
-        assert sorted(r["name"] for r in rows) == ["t000", "t001", "t002"]  # the trials; not the parent run
+        # The trials, not the parent run, each named by its varied value.
+        assert sorted(r["name"] for r in rows) == ["lr=0.0 (t001)", "lr=0.005 (t002)", "lr=0.01 (t000)"]
     finally:
         server.kill()
 

@@ -51,12 +51,12 @@ def test_every_experiment_loads_and_plans():
 
 def test_quickstart_is_the_documented_grid():
     sweep = load_sweep(REPO / "experiments" / "quickstart.yaml")
-    assert sweep.name == "quickstart" and sweep.specs == ("tiny",) and sweep.steps == 1000
-    assert (sweep.run.checkpoint_every, sweep.run.metrics_every, sweep.metric, sweep.mode) == (250, 50, "ratio_two_step", "min")
+    assert sweep.name == "quickstart" and sweep.specs == ("first",) and sweep.steps == 10000
+    assert (sweep.run.checkpoint_every, sweep.run.metrics_every, sweep.metric, sweep.mode) == (5000, 1000, "ratio_two_step", "min")
     trials = sweep.plan()
     assert [t.trial_id for t in trials] == ["t000", "t001", "t002", "t003"]
     assert [t.overrides for t in trials] == [
-        {"initial_learning_rate": lr, "momentum": m} for lr in (0.0005, 0.002) for m in (0.5, 0.9)
+        {"initial_learning_rate": lr, "momentum": m} for lr in (0.1, 0.4) for m in (0.1, 0.5)
     ]
 
 

@@ -18,7 +18,7 @@ from pvm_dist.data.synthetic import BarSource
 
 mlflow = pytest.importorskip("mlflow")
 CLI = cli_command()
-FAST = ["-O", "delay_each_layer_learning=10", "--metrics-every", "10", "--picture-every", "20"]
+FAST = ["--spec", "tiny", "-O", "delay_each_layer_learning=10", "--metrics-every", "10", "--picture-every", "20"]
 
 
 @pytest.fixture

@@ -46,18 +46,27 @@ def collect() -> dict[str, Any]:
         native_view["cuda_architectures"] = native.get("cuda_architectures")
         native_view["cuda_runtime"] = native.get("cuda_runtime_version")
         native_view["cuda_devices"] = [f"{d['index']}: {d['name']} (sm {d['compute_capability']})" for d in native.get("devices", [])]
-        if native.get("cuda_error"):
+        if native.get("cuda_error") and shutil.which("nvidia-smi") is not None:  # without a driver: "gpu" says so
             native_view["cuda_error"] = native["cuda_error"]
     else:
         native_view["error"] = native.get("error")
         native_view["note"] = "the reference (numpy) engine still works; reinstall with a C++ compiler to build it"
+    gpus = _nvidia_smi_gpus()
+    devices = native_view.get("cuda_devices") or []
+    if devices:
+        gpu = f"{len(devices)} usable by the native engine"
+    elif isinstance(gpus, list) and gpus:
+        gpu = f"{len(gpus)} seen by the driver, none usable by the native engine (see cuda_error)"
+    else:
+        gpu = "none: training runs on the CPU" + ("" if shutil.which("nvidia-smi") else " (no NVIDIA driver on this machine)")
     return {
+        "gpu": gpu,
         "pvm_dist": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),
         "numpy": _version("numpy"),
         "native_module": native_view,
-        "gpus_seen": _nvidia_smi_gpus(),
+        "gpus_seen": gpus,
         "cupy": _version("cupy-cuda12x") if _version("cupy-cuda12x") != "not installed" else _version("cupy"),
         "ray": _version("ray"),
         "mlflow": _version("mlflow"),

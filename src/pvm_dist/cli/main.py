@@ -93,15 +93,18 @@ def info(
     spec: Annotated[str, typer.Argument(help="Spec file, or a model-zoo name (small, med, LARGE, tiny, ...).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     bandwidth: Annotated[
-        float, typer.Option("--bandwidth", help="Memory bandwidth in TB/s for the floor step rate.", min=0.001)
-    ] = DEFAULT_BANDWIDTH_TBS,
+        float | None, typer.Option("--bandwidth", help="Memory bandwidth in TB/s for the floor step rate. [default: 4.3, an H200's measured copy]", min=0.001)
+    ] = None,
 ) -> None:
     """Sizes and costs of a model: units, weights, image, per-layer sizes, FLOPs and bytes per step, memory floor."""
     from pvm_dist.model.spec import load_spec
     from pvm_dist.model.topology import build_topology
 
     s = load_spec(spec)
-    summary = build_topology(s).summary(bandwidth * 1e12)
+    summary = build_topology(s).summary((bandwidth or DEFAULT_BANDWIDTH_TBS) * 1e12)
+    summary["bandwidth_source"] = ("given with --bandwidth" if bandwidth is not None else
+                                   "assumed: an H200's measured device copy, not this machine; --bandwidth sets it, "
+                                   "pvm-dist bench measures it")
     summary["ignored_keys"] = sorted(s.ignored)
     summary["unknown_keys"] = list(s.unknown_keys)
     summary["spec"] = s.to_dict()
@@ -132,7 +135,7 @@ def _print_info(sm: dict, source: str) -> None:
     )
     con.print(
         f"  memory floor       {sm['floor_steps_per_s']:,.0f} steps/s ({sm['floor_step_us']:.1f} µs/step) "
-        f"at {sm['bandwidth_bytes_per_s'] / 1e12:g} TB/s, one sequence"
+        f"at {sm['bandwidth_bytes_per_s'] / 1e12:g} TB/s, one sequence ({sm['bandwidth_source']})"
     )
     table = Table(title="layers", show_edge=False)
     for col in ("layer", "grid", "units", "P", "M", "context (mean)", "N (mean)", "weights"):
@@ -240,10 +243,10 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 @app.command()
 def train(
-    spec: Annotated[str | None, typer.Option("--spec", "-s", help="Spec file or model-zoo name (on resume: the checkpoint's). [default: tiny]")] = None,
+    spec: Annotated[str | None, typer.Option("--spec", "-s", help="Spec file or model-zoo name (on resume: the checkpoint's; default: the first run: spec 'first', 120,000 steps, no readout).")] = None,
     data: Annotated[str | None, typer.Option("--data", "-d", help="Frames: synthetic:balls|bar|noise, a video, a folder of images, a PVM .zip (or a comma list), or a set name with --data-path. [default: synthetic:balls]")] = None,
     data_path: Annotated[str | None, typer.Option("--data-path", help="Folder holding the original PVM data zips (for set names).")] = None,
-    steps: Annotated[int | None, typer.Option("--steps", "-n", help="Train until this step (also when resuming). [default: 1000]", min=1)] = None,
+    steps: Annotated[int | None, typer.Option("--steps", "-n", help="Train until this step (also when resuming). [default: 120,000 without --spec, else 1,000]", min=1)] = None,
     n_seq: Annotated[int | None, typer.Option("--n-seq", help="Independent sequences trained together (shared weights). [default: 1]", min=1)] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="auto (native where built), reference or native. [default: auto]")] = None,
     device: Annotated[str | None, typer.Option("--device", help="Native engine device: cpu, cuda or cuda:N (default: a GPU if visible).")] = None,
@@ -252,9 +255,9 @@ def train(
     checkpoint_every: Annotated[int | None, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps (0: at the end only). [default: 0]", min=0)] = None,
     keep: Annotated[int | None, typer.Option("--keep", help="How many of the newest checkpoints to keep. [default: 2]", min=1)] = None,
     keep_every: Annotated[int | None, typer.Option("--keep-every", help="Also keep every checkpoint whose step is a multiple of N (0: none). [default: 0]", min=0)] = None,
-    metrics_every: Annotated[int | None, typer.Option("--metrics-every", help="Read and log metrics every N steps. [default: 50]", min=1)] = None,
-    picture_every: Annotated[int | None, typer.Option("--picture-every", help="Save a picture every N steps (0: at the end only). [default: 500]", min=0)] = None,
-    readout: Annotated[bool | None, typer.Option("--readout/--no-readout", help="Train the heatmap readout on labelled data. [default: on]")] = None,
+    metrics_every: Annotated[int | None, typer.Option("--metrics-every", help="Read and log metrics every N steps. [default: 1,000 without --spec, else 50]", min=1)] = None,
+    picture_every: Annotated[int | None, typer.Option("--picture-every", help="Save a picture every N steps (0: at the end only). [default: 40,000 without --spec, else 500]", min=0)] = None,
+    readout: Annotated[bool | None, typer.Option("--readout/--no-readout", help="Train the heatmap readout on labelled data. [default: on with --spec, off for the first run]")] = None,
     readout_from: Annotated[int | None, typer.Option("--readout-from", help="Train the readout from this step on (the original waits 1,000,000). [default: 0]", min=0)] = None,
     readout_lr: Annotated[float | None, typer.Option("--readout-lr", help="Readout learning rate (default: the original's schedule, 0.01 then 10× the PVM rate).", min=0)] = None,
     heldout: Annotated[str | None, typer.Option("--heldout", help="Data to score the final readout on (IoU, hit rate; default: synthetic data of seed+1, none for files).")] = None,
@@ -267,6 +270,7 @@ def train(
     resume: Annotated[Path | None, typer.Option("--resume", help="Continue bit-identically (and in the same MLflow run) from this checkpoint, with its data, cadence and tracking unless given here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final summary as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    log_every: Annotated[float | None, typer.Option("--log-every", help="Plain progress lines every N seconds instead of the bar (the default off a terminal, every 10 s).", min=0)] = None,
 ) -> None:
     """Train one model locally (native engine where built, else the numpy reference), tracked in MLflow.
 
@@ -300,11 +304,14 @@ def train(
             raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
         folder = run_dir or Path(resume).resolve().parent.parent
     else:
+        from pvm_dist.run.config import FIRST_RUN_SPEC, first_run
+
         parsed = _parse_overrides(overrides)
-        s = load_spec(spec or "tiny")
+        s = load_spec(spec or FIRST_RUN_SPEC)
         if parsed:
             s = s.with_overrides(parsed)
-        cfg = _configured(RunConfig(spec=s, overrides=parsed), given)
+        base = RunConfig(spec=s, overrides=parsed) if spec else first_run({}).replace(spec=s, overrides=parsed)
+        cfg = _configured(base, given)
         folder = run_dir or _new_folder(Path("runs") / f"{_folder_name(s.name)}-{_time.strftime('%Y%m%d-%H%M%S')}")
     _check_run_dir(folder, new_run=resume is None)
     if cfg.track:
@@ -313,7 +320,8 @@ def train(
 
         check_store(cfg.mlflow_uri or default_tracking_uri(), write=True)
     try:
-        result = _train_with_progress(cfg, folder, state, show=not (quiet or as_json), run=run_training)
+        result = _train_with_progress(cfg, folder, state, show=not (quiet or as_json), run=run_training,
+                                      log_every=log_every)
     except DataError as exc:
         raise UserError(str(exc)) from None
     cfg = result.config
@@ -332,8 +340,11 @@ def train(
         typer.echo(f"step {result.step:,} in {result.seconds:.1f} s ({result.steps_per_s:,.1f} steps/s, "
                    f"{result.frames_per_s:,.1f} frames/s)")
         if "l0_two_step_px" in m:
-            typer.echo(f"layer-0 two-step error {m['l0_two_step_px']:.2f} px RMSE; copy-last-frame "
-                       f"{m.get('baseline_two_step_px', float('nan')):.2f} px; ratio (MSE) {m.get('ratio_two_step', float('nan')):.3f}")
+            from pvm_dist.run.metrics import verdict
+
+            typer.echo(f"baselines: copy-last-frame {m.get('baseline_two_step_px', float('nan')):.2f} px RMSE, "
+                       f"background (running mean) {m.get('background_two_step_px', float('nan')):.2f} px RMSE")
+            typer.echo(verdict(m))
         h = result.heldout
         if "heldout_readout_iou" in h:
             typer.echo(f"held-out readout IoU {h['heldout_readout_iou']:.3f} (chance {h['heldout_readout_iou_chance']:.3f}, "
@@ -424,24 +435,16 @@ def _folder_name(name: str) -> str:
     return safe or "run"
 
 
-def _train_with_progress(cfg: Any, folder: Path, state: Any, show: bool, run: Any) -> Any:
+def _train_with_progress(cfg: Any, folder: Path, state: Any, show: bool, run: Any, log_every: float | None = None) -> Any:
     if not show:
         # Keep stdout for the JSON summary: MLflow prints "View run ..." lines there for HTTP trackers.
         import contextlib
 
         with contextlib.redirect_stdout(sys.stderr):
             return run(cfg, folder, state)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from pvm_dist.cli.progress import progress_reporter
 
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("step {task.completed:,.0f}/{task.total:,.0f}"),
-               TextColumn("{task.fields[rate]}"), TextColumn("err {task.fields[err]}"), TimeRemainingColumn()]
-    with Progress(*columns, transient=False) as bar:
-        task = bar.add_task(cfg.spec.name, total=cfg.steps, completed=state.step if state else 0, rate="", err="–")
-
-        def update(p: Any) -> None:
-            err = "–" if p.error is None else f"{p.error:.2f} px" + ("" if p.baseline is None else f" (copy-last {p.baseline:.2f} px)")
-            bar.update(task, completed=p.step, rate=f"{p.steps_per_s:,.1f} steps/s {p.frames_per_s:,.1f} fr/s", err=err)
-
+    with progress_reporter(cfg.spec.name, cfg.steps, state.step if state else 0, log_every) as update:
         return run(cfg, folder, state, on_progress=update)
 
 
@@ -519,10 +522,11 @@ def compare(
     order: Annotated[str, typer.Option("--order", help="auto (errors ascending, rates/IoU descending), asc or desc.")] = "auto",
     top: Annotated[int, typer.Option("--top", help="Rows to show (and curves to plot).", min=1)] = 20,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves of the top runs to this PNG.")] = None,
+    group: Annotated[str | None, typer.Option("--group-by", help="Merge runs that differ only in this param (e.g. seed): mean ± std.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Compare an experiment's runs: the params that differ, final metrics and fps, best first."""
-    from pvm_dist.tracking.compare import CompareError, comparison, plot_curves
+    """Compare an experiment's runs: the params that differ, the last step, how each ended, final metrics and fps, best first."""
+    from pvm_dist.tracking.compare import CompareError, comparison, group_by, plot_curves
     from pvm_dist.tracking.reach import check_store
     from pvm_dist.tracking.tracker import default_tracking_uri
 
@@ -537,8 +541,13 @@ def compare(
     except Exception as exc:  # an unreachable or broken tracking store
         raise UserError(f"cannot read MLflow at {uri}: {type(exc).__name__}: {exc}") from None
     runs = result["runs"][:top]
+    if group is not None:
+        if group not in result["columns"].values():
+            raise UserError(f"--group-by {group}: not a param that differs between runs "
+                            f"(those: {', '.join(result['columns'].values()) or 'none'})")
+        result["groups"] = group_by(result["runs"], group)
     if plot is not None:
-        result["plot"] = str(plot_curves(uri, [r["run_id"] for r in runs], [r["name"] for r in runs], metric, plot))
+        result["plot"] = str(plot_curves(uri, [r["run_id"] for r in runs], [r["label"] for r in runs], metric, plot))
     if as_json:
         _print_json({**result, "runs": runs})
         return
@@ -550,14 +559,27 @@ def _print_comparison(result: dict, runs: list[dict]) -> None:
     from rich.table import Table
 
     direction = "higher is better" if result["descending"] else "lower is better"
-    table = Table(title=f"{result['experiment']}: {len(result['runs'])} runs, by {result['metric']} ({direction})")
-    for col in ("run", "status", *result["differing_params"], result["metric"], "frames/s"):
+    con = Console()
+    if "groups" in result:
+        cols = [k for k, short in result["columns"].items() if k in result["groups"][0]["params"]] if result["groups"] else []
+        table = Table(title=f"{result['experiment']}: {len(result['groups'])} groups, {result['metric']} mean ± std ({direction})")
+        for col in (*[result["columns"][k] for k in cols], "runs", result["metric"]):
+            table.add_column(col, justify="right")
+        for g in result["groups"]:
+            value = "–" if g["metric_mean"] is None else f"{g['metric_mean']:.4g} ± {g['metric_std']:.2g}"
+            table.add_row(*[str(g["params"].get(k, "–")) for k in cols], str(g["runs"]), value)
+        con.print(table)
+        return
+    table = Table(title=f"{result['experiment']}: {len(result['runs'])} runs, by {result['metric']} ({direction}; "
+                        "runs that went the whole way first)")
+    for col in ("run", "ended", "step", *result["columns"].values(), result["metric"], "frames/s"):
         table.add_column(col, justify="right")
     for r in runs:
         value = "–" if r["metric"] is None else f"{r['metric']:.5g}"
         fps = "–" if r["frames_per_s"] is None else f"{r['frames_per_s']:,.0f}"
-        table.add_row(r["name"], r["status"], *[str(r["params"].get(k, "–")) for k in result["differing_params"]], value, fps)
-    con = Console()
+        step = "–" if r["step"] is None else f"{r['step']:,}"
+        table.add_row(r["name"], r["ended"], step, *[str(r["params"].get(k, "–")) for k in result["differing_params"]],
+                      value, fps)
     con.print(table)
     if not result["differing_params"]:
         con.print("(every run has the same parameters)")
@@ -568,7 +590,7 @@ def _print_comparison(result: dict, runs: list[dict]) -> None:
 @app.command(name="eval")
 def evaluate_checkpoint(
     checkpoint_file: Annotated[Path, typer.Argument(help="A .pvmckpt written by pvm-dist train.")],
-    data: Annotated[str, typer.Option("--data", "-d", help="Held-out frames (same forms as train --data).")] = "synthetic:balls",
+    data: Annotated[str | None, typer.Option("--data", "-d", help="Frames to score on (same forms as train --data). [default: the data the checkpoint records]")] = None,
     data_path: Annotated[str | None, typer.Option("--data-path", help="Folder holding the original PVM data zips.")] = None,
     steps: Annotated[int, typer.Option("--steps", "-n", help="Frames per sequence to evaluate.", min=3)] = 300,
     n_seq: Annotated[int, typer.Option("--n-seq", help="Sequences evaluated together.", min=1)] = 1,
@@ -600,9 +622,16 @@ def evaluate_checkpoint(
     if as_json:
         _print_json(result)
         return
-    typer.echo(f"{result['spec']} at step {result['trained_steps']:,} on {result['data']} ({steps} steps × {n_seq}):")
+    from pvm_dist.run.metrics import verdict
+
+    source = "the data the checkpoint records" if result["data_from"] == "checkpoint" else "--data"
+    typer.echo(f"{result['spec']} at step {result['trained_steps']:,} on {result['data']} ({source}; {steps} steps × {n_seq}):")
+    if result["wraps"]:
+        typer.echo(f"note: {result['data']} has {result['period']:,} frames per stream; {result['warmup'] + steps:,} steps "
+                   f"(warm-up included) go round it {result['wraps']} more time(s), so frames repeat in the score", err=True)
     for key, value in result["metrics"].items():
         typer.echo(f"  {key:<32} {value:.5g}")
+    typer.echo(verdict(result["metrics"]))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -620,6 +649,9 @@ def main() -> None:
     """Console-script entry point: run the app and turn user errors into one line + exit 2."""
     from pvm_dist.cli.usage import click_types, usage_line
 
+    from pvm_dist.cli.quiet import quiet_third_party
+
+    quiet_third_party()
     try:
         rc = app(standalone_mode=False)
     except click_types("Abort"):

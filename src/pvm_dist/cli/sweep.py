@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
@@ -197,6 +198,19 @@ def _with_live_table(start: Any, opts: Any, show: bool) -> Any:
 
     from pvm_dist.sweep import progress
 
+    if not sys.stdout.isatty():  # a job log: a live table would show nothing until the end
+        from pvm_dist.cli.progress import LOG_EVERY_S
+
+        last = [-LOG_EVERY_S]
+
+        def log(driver: Any) -> None:
+            if time.monotonic() - last[0] >= LOG_EVERY_S:
+                last[0] = time.monotonic()
+                trials = [t.to_dict() for t in driver.trials.values()]
+                print(progress.log_line(driver.state, trials, driver.sweep.steps, driver.sweep.metric), flush=True)
+
+        opts.on_update = log
+        return start()
     with Live(refresh_per_second=4, transient=False) as live:
         def update(driver: Any) -> None:
             trials = [t.to_dict() for t in driver.trials.values()]

@@ -86,6 +86,25 @@ class RunConfig:
                 "steps": self.steps, "readout_from": self.readout_from, "readout_lr": self.readout_lr or "schedule",
                 "heldout": self.heldout_data() or "none"}
 
+    def command(self) -> str:
+        """The ``pvm-dist train`` command line that reproduces this run (a model-zoo spec by name, else the
+        spec file it came from; every setting a run's result depends on spelled out)."""
+        import shlex
+
+        spec = self.spec.name if self.spec.source.startswith(("model_zoo", "<")) or "/model_zoo/" in self.spec.source \
+            else self.spec.source.removesuffix(" with overrides")
+        args = ["pvm-dist", "train", "--spec", spec, "--steps", str(self.steps), "--n-seq", str(self.n_seq),
+                "--seed", str(self.seed), "--data", self.data, "--metrics-every", str(self.metrics_every)]
+        args += ["--data-path", self.data_path] if self.data_path else []
+        for key, value in self.overrides.items():
+            args += ["-O", f"{key}={value}"]
+        if not self.readout:
+            args.append("--no-readout")
+        else:
+            args += ["--readout-from", str(self.readout_from)]
+            args += ["--readout-lr", str(self.readout_lr)] if self.readout_lr is not None else []
+        return shlex.join(args)
+
     @property
     def heldout_seed(self) -> int:
         """Seed of the held-out data: synthetic scenes training never saw."""
@@ -96,3 +115,15 @@ class RunConfig:
         if self.heldout:
             return self.heldout
         return self.data if self.data.startswith("synthetic:") else None
+
+
+#: What ``pvm-dist train`` runs when it is given no spec: the README's first run, the model and rates
+#: ``experiments/first_run.yaml`` found to learn fastest on a 2-core CPU, for about two minutes there.
+#: The readout is off: its steps each need the host, and it needs a recipe of its own (README).
+FIRST_RUN = {"steps": 120_000, "metrics_every": 1000, "picture_every": 40_000, "readout": False}
+FIRST_RUN_SPEC = "first"
+
+
+def first_run(given: Mapping[str, Any]) -> RunConfig:
+    """The first run's configuration with what was ``given`` (None: not given) applied over it."""
+    return RunConfig(spec=load_spec(FIRST_RUN_SPEC), **FIRST_RUN).replace(**given)

@@ -30,24 +30,35 @@ def evaluate_state(state: RunState, data: str, steps: int = 300, n_seq: int = 1,
 
 
 def _frozen_run(state: RunState, data: str, steps: int, n_seq: int, data_path: str | None, backend: str,
-                device: str | None, seed: int, warmup: int | None) -> tuple[dict[str, float], str]:
-    """:func:`evaluate_state`'s metrics and the backend that computed them."""
+                device: str | None, seed: int, warmup: int | None) -> tuple[dict[str, float], str, int | None]:
+    """:func:`evaluate_state`'s metrics, the backend that computed them and the data's period (None: no repeat)."""
     config = state.run.replace(data=data, data_path=data_path, n_seq=n_seq, backend=backend, device=device, seed=seed)
     session = Session(config, state, learn=False)
     session.advance(2 * config.spec.n_layers if warmup is None else warmup)
     session.take_metrics(), session.take_scores()  # the transient is not scored
     session.advance(steps)
     metrics = {k: v for k, v in session.take_metrics().items() if k not in ("steps_per_s", "frames_per_s")}
-    return {**metrics, **session.take_scores()}, session.engine.backend
+    return {**metrics, **session.take_scores()}, session.engine.backend, session.source.period
 
 
-def evaluate(path: Path, data: str, steps: int = 300, n_seq: int = 1, data_path: str | None = None,
+def evaluate(path: Path, data: str | None = None, steps: int = 300, n_seq: int = 1, data_path: str | None = None,
              backend: str = "auto", device: str | None = None, seed: int = 1, warmup: int | None = None) -> dict[str, Any]:
-    """:func:`evaluate_state` of a checkpoint file, with what the report says about it."""
+    """:func:`evaluate_state` of a checkpoint file, with what the report says about it.
+
+    Without ``data`` the model is scored on the data its checkpoint records (synthetic data: scenes of
+    ``seed``, which training did not see unless it is the training seed). ``wraps`` says how many times
+    each stream went round a repeating source's frames (0: every scored frame was new to the score).
+    """
     state, ck = run_state.load(path)
-    metrics, used = _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup)
+    recorded = data is None
+    if recorded:
+        data, data_path = state.run.data, data_path or state.run.data_path
+    warm = 2 * state.run.spec.n_layers if warmup is None else warmup
+    metrics, used, period = _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup)
     return {"checkpoint": str(path), "trained_steps": ck.step, "spec": state.run.spec.name, "data": data,
-            "steps": steps, "warmup": 2 * state.run.spec.n_layers if warmup is None else warmup, "n_seq": n_seq,
+            "data_from": "checkpoint" if recorded else "--data", "trained_on": state.run.data,
+            "steps": steps, "warmup": warm, "n_seq": n_seq, "period": period,
+            "wraps": 0 if period is None else (warm + steps - 1) // period,
             "backend": used, "metrics": metrics, "mlflow_run_id": state.run.run_id, "mlflow_uri": state.run.mlflow_uri}
 
 

@@ -7,10 +7,14 @@
   on the engine's GPU, which the engine trains on as its dataset; between two blocks the host only waits
   for the engine and launches the drawing.
 - Otherwise each step's frames are handed over from the host, read in bulk blocks.
+
+An ``observe(first_step, frames)`` callback sees every block of frames as the engine gets it (numpy, or
+CuPy on the drawn ring), for what is computed beside the engine (the background baseline).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,8 +29,9 @@ DATASET_BYTES = 1 << 30  # the most frame bytes of a repeating source held whole
 class FrameFeed:
     """Trains an engine on a source's frames (see the module docstring)."""
 
-    def __init__(self, engine: Engine, source: FrameSource) -> None:
-        self.engine, self.source = engine, source
+    def __init__(self, engine: Engine, source: FrameSource,
+                 observe: Callable[[int, Any], None] | None = None) -> None:
+        self.engine, self.source, self.observe = engine, source, observe
         frame_bytes = engine.n_seq * int(np.prod(engine.spec.image_shape))
         self.block = max(1, min(1024, BLOCK_BYTES // frame_bytes))
         self.on_device = engine.device_label.startswith("cuda") and source.device_renderable
@@ -43,17 +48,22 @@ class FrameFeed:
             if not self._held:
                 self.engine.set_dataset(self.source.frames_block(0, self.source.period), first_step=0)
                 self._held = True
+            if self.observe is not None:
+                self.observe(self.engine.step_index, self.source.frames_block(self.engine.step_index, k))
             self.engine.run_dataset(k)
             return
         step = self.engine.step_index
         while k > 0:
             n = min(k, self.block)
             if self.on_device:
-                self._fill_ring(step, n)
+                drawn = self._fill_ring(step, n)
                 self.engine.run_dataset(n)
             else:  # one step reads through the source's read-ahead; more take one bulk block
-                for frames in self.source.frames(step)[None] if n == 1 else self.source.frames_block(step, n):
+                drawn = self.source.frames(step)[None] if n == 1 else self.source.frames_block(step, n)
+                for frames in drawn:
                     self.engine.step(frames)
+            if self.observe is not None:
+                self.observe(step, drawn)
             step, k = step + n, k - n
 
     def last_frame(self, seq: int) -> np.ndarray:
@@ -63,8 +73,8 @@ class FrameFeed:
             return self._ring[(step - self._ring_first) % self.block, seq].get()
         return self.source.frames(step)[seq]
 
-    def _fill_ring(self, step: int, n: int) -> None:
-        """Draw steps step … step + n − 1 into their ring slots, (s − first) mod block."""
+    def _fill_ring(self, step: int, n: int) -> Any:
+        """Draw steps step … step + n − 1 into their ring slots, (s − first) mod block; the drawn block."""
         import cupy
 
         if self._ring is None:
@@ -79,3 +89,4 @@ class FrameFeed:
         if head < n:
             self._ring[: n - head] = drawn[head:]
         cupy.cuda.get_current_stream().synchronize()  # drawn before the engine's stream reads it
+        return drawn

@@ -3,7 +3,8 @@ and readout updates are taken. ``train``, ``eval`` and the sweep worker are thin
 the bare engine on random frames instead).
 
 The engine accumulates its prediction errors and the copy-last-frame baseline itself, from the frames
-it already holds; the session reads them every metrics interval (:meth:`Session.take_metrics`).
+it already holds; the session reads them every metrics interval (:meth:`Session.take_metrics`), beside
+the background baseline it computes from the same frames as the feed hands them over.
 Between reads the session only hands frames over (:mod:`pvm_dist.run.feed`), unless a step needs the
 host: the readout training or scoring on a step's hidden state, or the last steps' animation.
 """
@@ -21,6 +22,7 @@ from pvm_dist.data import FrameSource, make_source
 from pvm_dist.engine import build_engine
 from pvm_dist.io import pictures
 from pvm_dist.model.readout import Readout, decode, hit_rate, iou, readout_learning_rate, readout_trains
+from pvm_dist.run.background import PRIME_STEPS, BackgroundBaseline
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.feed import FrameFeed
 from pvm_dist.run.metrics import diverged_layers, summarize
@@ -53,7 +55,13 @@ class Session:
             self._restore(state)
         if not learn:
             self.engine.freeze()
-        self.feed = FrameFeed(self.engine, self.source)
+        self.background = BackgroundBaseline()
+        self._on_gpu = self.engine.device_label.startswith("cuda")
+        if self.step > 0:  # a resume: the running mean as an unbroken run would have it
+            first = max(0, self.step - PRIME_STEPS)
+            self._observe(first, self.source.frames_block(first, self.step - first))
+            self.background.take()
+        self.feed = FrameFeed(self.engine, self.source, observe=self._observe)
         self.animation: pictures.Animation | None = None
         self._pending: deque[np.ndarray] = deque(maxlen=2)  # predictions made at steps s−2, s−1
         self._scores: dict[str, list[Any]] = {"iou": [], "hit": [], "masks": []}
@@ -68,6 +76,14 @@ class Session:
             self.engine.load_state(fresh)
         if self.readout is not None and state.readout:
             self.readout.load_state(state.readout)
+
+    def _observe(self, first_step: int, frames: Any) -> None:
+        """The frames the engine trains on, into the background baseline (on the engine's GPU if it has one)."""
+        if self._on_gpu and isinstance(frames, np.ndarray):
+            import cupy
+
+            frames = cupy.asarray(frames)
+        self.background.update(first_step, frames)
 
     @property
     def step(self) -> int:
@@ -148,7 +164,7 @@ class Session:
         if bad:
             raise RunDiverged(f"diverged by step {self.step:,}: prediction error is NaN/Inf in layer(s) "
                               f"{', '.join(map(str, bad))}")
-        out = summarize(raw)
+        out = summarize(raw, self.background.take())
         rate = self._steps / max(self._seconds, 1e-9)
         out.update({"steps_per_s": rate, "frames_per_s": rate * self.engine.n_seq})
         self._seconds, self._steps = 0.0, 0

@@ -20,9 +20,10 @@ from pvm_dist.io import pictures
 from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.evaluate import score_heldout
-from pvm_dist.run.session import Session
+from pvm_dist.run.session import RunDiverged, Session
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
+from pvm_dist.tracking.images import log_image_series
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
@@ -43,6 +44,8 @@ class Progress:
     frames_per_s: float
     error: float | None  # layer-0 two-step RMSE in pixels
     baseline: float | None  # the copy-last-frame baseline's, in pixels
+    ratio: float | None = None  # MSE ratio to the copy-last-frame baseline (< 1 beats it)
+    ratio_background: float | None = None  # MSE ratio to the background baseline
 
 
 @dataclasses.dataclass
@@ -92,6 +95,7 @@ class _RunFolder:
             return None
         if self.tracker is not None:
             self.tracker.log_artifact(path, "pictures")
+            log_image_series(self.tracker, path, session.step, self.path / "tracking-images")
         self.picture = path
         return path
 
@@ -127,7 +131,8 @@ def _start_tracker(cfg: RunConfig, session: Session, run_dir: Path) -> tuple[Tra
     resuming = cfg.run_id is not None
     cfg = cfg.replace(mlflow_uri=cfg.mlflow_uri or default_tracking_uri())
     tracker = Tracker.start(cfg.mlflow_uri, cfg.experiment, run_name=cfg.run_name or run_dir.name, run_id=cfg.run_id,
-                            tags=run_tags(session.engine.backend, session.engine.device_label, {"run_dir": str(run_dir)}),
+                            tags=run_tags(session.engine.backend, session.engine.device_label,
+                                          {"run_dir": str(run_dir), "pvm_dist.command": cfg.command()}),
                             fallback_dir=run_dir / "tracking-fallback")
     if not resuming:
         tracker.log_params(cfg.params())
@@ -171,7 +176,8 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
                         tracker.log_metrics(metrics, step=s)
                     if on_progress:
                         on_progress(Progress(s, cfg.steps, metrics["steps_per_s"], metrics["frames_per_s"],
-                                             metrics.get("l0_two_step_px"), metrics.get("baseline_two_step_px")))
+                                             metrics.get("l0_two_step_px"), metrics.get("baseline_two_step_px"),
+                                             metrics.get("ratio_two_step"), metrics.get("ratio_background_two_step")))
                 if cfg.picture_every and s % cfg.picture_every == 0 and s < cfg.steps:
                     folder.save_picture(session)
                 if cfg.checkpoint_every and s % cfg.checkpoint_every == 0 and s < cfg.steps:
@@ -195,6 +201,10 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
             if heldout and tracker is not None:
                 tracker.log_metrics(heldout, step=session.step)
         status = "KILLED" if interrupted else "FINISHED"
+    except RunDiverged as exc:  # compare shows why the run failed
+        if tracker is not None:
+            tracker.set_tags({"status_reason": str(exc)})
+        raise
     finally:
         if tracker is not None:
             tracker.close(status)

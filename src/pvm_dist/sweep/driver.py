@@ -54,6 +54,8 @@ from pvm_dist.sweep.journal import (
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
 from pvm_dist.sweep.scheduler import Action, ChunkPlan, Decision, make_scheduler
 from pvm_dist.sweep.source import make_source
+from pvm_dist.tracking.compare import label
+from pvm_dist.tracking.images import log_image_series
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
@@ -235,10 +237,11 @@ class Driver:
         trial, ts, w = self.trials[ev.trial_id], self.state.trials[ev.trial_id], ev.worker
         where = {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id, "node": w.node, "worker_host": w.host,
                  "gpu": w.gpu}
-        tracker = Tracker.start(self.mlflow_uri, self.experiment, run_name=trial.trial_id, run_id=ts.run_id,
-                                parent_run_id=self.parent.run_id, tags=run_tags(ev.backend, ev.device, where),
-                                fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback")
         config = self.sweep.trial_config(trial)
+        tracker = Tracker.start(self.mlflow_uri, self.experiment, run_name=f"{label(trial.varied)} ({trial.trial_id})".strip(),
+                                run_id=ts.run_id, parent_run_id=self.parent.run_id,
+                                tags=run_tags(ev.backend, ev.device, {**where, "pvm_dist.command": config.command()}),
+                                fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback")
         if ts.run_id is None:
             tracker.log_params(self._trial_params(trial, config))
             if tracker.run_id:
@@ -333,6 +336,8 @@ class Driver:
         live.tracker.log_artifact(path, "checkpoints")
         if picture:
             self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
+            log_image_series(live.tracker, self.folder.trial_dir(live.trial.trial_id) / "pictures" / f"step_{step:09d}.png",
+                             step, self.folder.trial_dir(live.trial.trial_id) / "tracking-images")
 
     def _keep_artifact(self, live: _Live, name: str, data: bytes, artifact_path: str | None) -> None:
         """A file the worker sent, kept in the trial's folder and logged to its run."""
@@ -384,7 +389,8 @@ class Driver:
         resuming = self.state.parent_run_id is not None
         self.parent = Tracker.start(self.mlflow_uri, self.experiment, run_name=self.folder.sweep_id,
                                     run_id=self.state.parent_run_id,
-                                    tags=run_tags(extra={"sweep_id": self.folder.sweep_id, "pvm_dist.role": "sweep"}),
+                                    tags=run_tags(extra={"sweep_id": self.folder.sweep_id, "pvm_dist.role": "sweep",
+                                                         "mlflow.note.content": self.sweep.description or self.sweep.name}),
                                     fallback_dir=self.folder.path / "tracking-fallback")
         if not resuming:
             self.parent.log_params({"sweep": self.sweep.to_dict(), "n_trials": len(self.trials)})

@@ -12,6 +12,7 @@ from typing import Any
 
 from pvm_dist.sweep.journal import FINAL_STATUSES, RUNNING, SweepState
 from pvm_dist.sweep.plan import trial_steps
+from pvm_dist.tracking.compare import short_name
 
 STATUS_STYLE = {"RUNNING": "cyan", "FINISHED": "green", "STOPPED": "yellow", "FAILED": "red", "PENDING": "dim"}
 
@@ -62,7 +63,7 @@ def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: s
             if k not in varied_keys:
                 varied_keys.append(k)
     tab = Table(title=title, show_edge=False, header_style="bold")
-    for col in ["trial", *varied_keys, "status", "step", "frames/s", metric, "ETA", "where"]:
+    for col in ["trial", *[short_name(k) for k in varied_keys], "status", "step", "frames/s", metric, "ETA", "where"]:
         tab.add_column(col, justify="left" if col in ("trial", "status", "where") else "right")
     for r in rows(state, trials, steps):
         style = STATUS_STYLE.get(r["status"], "")
@@ -73,6 +74,16 @@ def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: s
     tab.caption = (f"{done}/{len(trials) + to_ask} trials done · failures {state.failures} · "
                    f"overall ETA {_duration(overall_eta(state, trials, steps))}")
     return tab
+
+
+def log_line(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str) -> str:
+    """One plain line of the sweep's progress (for logs that are not a terminal): trials done, each running
+    trial's step and metric, the overall ETA."""
+    done = sum(1 for t in state.trials.values() if t.status in FINAL_STATUSES)
+    running = [f"{r['trial_id']} {r['step']:,}/{r['steps']:,} {metric} {_fmt(r['metric'], '.4g')}"
+               for r in rows(state, trials, steps) if r["status"] == RUNNING]
+    return (f"{done}/{len(trials)} trials done · running: {', '.join(running) or 'none'} · "
+            f"overall ETA {_duration(overall_eta(state, trials, steps))}")
 
 
 def _fmt(value: Any, spec: str = "") -> str:

@@ -29,7 +29,8 @@ def run_tags(backend: str | None = None, device_name: str | None = None,
              extra: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The standard tags of a training run: git commit (when the package runs from a checkout), host,
     pvm_dist version, backend, device, plus ``extra``."""
-    tags: dict[str, str] = {"host": socket.gethostname(), "pvm_dist.version": __version__}
+    tags: dict[str, str] = {"host": socket.gethostname(), "pvm_dist.version": __version__,
+                            "mlflow.user": _user(), "mlflow.source.name": "pvm-dist", "mlflow.source.type": "LOCAL"}
     commit = _git_commit(Path(__file__).resolve().parent.parent)
     if commit:
         tags["git.commit"] = commit
@@ -41,6 +42,16 @@ def run_tags(backend: str | None = None, device_name: str | None = None,
     for key, value in (extra or {}).items():
         tags[str(key)] = stringify(value)
     return tags
+
+
+def _user() -> str:
+    """The login name the MLflow UI shows as the run's user."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def _git_commit(directory: Path) -> str | None:

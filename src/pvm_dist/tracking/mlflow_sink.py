@@ -188,7 +188,9 @@ class MlflowSink:
         if exp is not None:
             return exp.experiment_id
         try:
-            return client.create_experiment(self.experiment, artifact_location=self._artifact_location())
+            # The kind tag makes MLflow 3's UI open the experiment on its runs (model training), not GenAI traces.
+            return client.create_experiment(self.experiment, artifact_location=self._artifact_location(),
+                                            tags={"mlflow.experimentKind": "custom_model_development"})
         except Exception as e:
             if getattr(e, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
                 raise

@@ -1,0 +1,73 @@
+"""How ``train`` shows its progress: a live bar on a terminal, plain log lines everywhere else.
+
+Under nohup, Slurm or a CI job log a live bar prints nothing until the end, so off a terminal the
+progress is a plain line (step, speed, error against both baselines, ETA) at most every ``every``
+seconds, flushed at once, and one at the last step.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+LOG_EVERY_S = 10.0  # default seconds between plain progress lines
+
+
+def error_text(p: Any) -> str:
+    """The error as shown: pixel RMSE, then the MSE ratio to each baseline (the units said)."""
+    if p.error is None:
+        return "–"
+    ratios = [f"{r:.2f}× {name}" for r, name in ((p.ratio, "copy-last"), (p.ratio_background, "background"))
+              if r is not None]
+    return f"{p.error:.2f} px RMSE" + (f" (MSE {', '.join(ratios)})" if ratios else "")
+
+
+def _clock(seconds: float) -> str:
+    s = int(max(seconds, 0))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class LogLines:
+    """Plain progress lines on ``stream``, at most every ``every`` seconds (and at the last step)."""
+
+    def __init__(self, name: str, every: float, stream: TextIO | None = None) -> None:
+        self.name, self.every, self.stream = name, every, stream or sys.stdout
+        self._origin: tuple[float, int] | None = None  # (time, step) of the first report: start-up is not in the ETA
+        self._last_line = -float("inf")
+
+    def __call__(self, p: Any) -> None:
+        now = time.monotonic()
+        if now - self._last_line < self.every and p.step < p.steps:
+            return
+        self._last_line = now
+        if self._origin is None:
+            self._origin = (now, p.step)
+        t0, s0 = self._origin
+        # Wall clock since the first report (pictures, checkpoints included), the interval's rate before that.
+        rate = (p.step - s0) / (now - t0) if p.step > s0 and now > t0 else p.steps_per_s
+        eta = (p.steps - p.step) / rate if rate > 0 else float("inf")
+        print(f"{self.name} step {p.step:,}/{p.steps:,} ({100 * p.step / p.steps:.0f}%)  {p.steps_per_s:,.0f} steps/s  "
+              f"{p.frames_per_s:,.0f} frames/s  err {error_text(p)}  ETA {_clock(eta)}", file=self.stream, flush=True)
+
+
+@contextmanager
+def progress_reporter(name: str, steps: int, first_step: int, log_every: float | None) -> Iterator[Callable[[Any], None]]:
+    """The progress callback for a run of ``name`` to ``steps``: a rich bar on a terminal, else :class:`LogLines`
+    (``log_every`` seconds apart; given, it forces log lines on a terminal too)."""
+    if log_every is not None or not sys.stdout.isatty():
+        yield LogLines(name, LOG_EVERY_S if log_every is None else log_every)
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("step {task.completed:,.0f}/{task.total:,.0f}"),
+               TextColumn("{task.fields[rate]}"), TextColumn("err {task.fields[err]}"), TimeRemainingColumn()]
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task(name, total=steps, completed=first_step, rate="", err="–")
+
+        def update(p: Any) -> None:
+            bar.update(task, completed=p.step, rate=f"{p.steps_per_s:,.0f} steps/s", err=error_text(p))
+
+        yield update
