@@ -395,8 +395,9 @@ def run_sweep(sweep: SweepSpec, opts: DriverOptions, sweep_id: str | None = None
     """Start a new sweep: connect, create its folder and journal, then run it."""
     trials = sweep.plan()
     connect(opts.address)
+    tracking = {"mlflow_uri": opts.mlflow_uri or default_tracking_uri(), "experiment": opts.experiment or sweep.name}
     folder = SweepFolder.create(opts.root, sweep_id or new_sweep_id(sweep.name), sweep.to_dict(),
-                                [t.to_dict() for t in trials])
+                                [t.to_dict() for t in trials], tracking)
     driver = Driver(folder, sweep, trials, opts, folder.state())
     return driver.run()
 
