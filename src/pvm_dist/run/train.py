@@ -12,6 +12,7 @@ import dataclasses
 import json
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -86,7 +87,10 @@ class _RunFolder:
         return path
 
     def save_checkpoint(self, state: RunState) -> Path:
-        """Write atomically, then keep the newest few plus every ``keep_every``-th."""
+        """Write atomically (with the MLflow run id, once the tracker knows it), then keep the newest few plus
+        every ``keep_every``-th."""
+        if self.tracker is not None and self.tracker.run_id and state.run.run_id != self.tracker.run_id:
+            state = dataclasses.replace(state, run=state.run.replace(run_id=self.tracker.run_id))
         cfg = state.run
         path = run_state.save(checkpoint_path(self.path, state.step), state)
         for old in sorted((self.path / "checkpoints").glob(f"step_*{CHECKPOINT_SUFFIX}"))[: -cfg.keep_checkpoints]:
@@ -106,10 +110,10 @@ class _RunFolder:
 
 def _start_tracker(cfg: RunConfig, session: Session, run_dir: Path) -> tuple[Tracker, RunConfig]:
     resuming = cfg.run_id is not None
-    cfg = cfg.replace(mlflow_uri=cfg.mlflow_uri or default_tracking_uri())
+    cfg = cfg.replace(mlflow_uri=cfg.mlflow_uri or default_tracking_uri(), run_key=cfg.run_key or uuid.uuid4().hex)
     tracker = Tracker.start(cfg.mlflow_uri, cfg.experiment, run_name=cfg.run_name or run_dir.name, run_id=cfg.run_id,
                             tags=run_tags(session.engine.backend, session.engine.device_label, {"run_dir": str(run_dir)}),
-                            fallback_dir=run_dir / "tracking-fallback")
+                            fallback_dir=run_dir / "tracking-fallback", run_key=cfg.run_key)
     if not resuming:
         tracker.log_params(cfg.params())
         tracker.log_dict({"name": cfg.spec.name, **cfg.spec.to_dict()}, "spec.json")

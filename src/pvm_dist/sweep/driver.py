@@ -214,7 +214,8 @@ class Driver:
                  "gpu": w.gpu}
         tracker = Tracker.start(self.mlflow_uri, self.experiment, run_name=trial.trial_id, run_id=ts.run_id,
                                 parent_run_id=self.parent.run_id, tags=run_tags(ev.backend, ev.device, where),
-                                fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback")
+                                fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback",
+                                run_key=f"{self.folder.sweep_id}/{trial.trial_id}")
         config = self.sweep.trial_config(trial)
         if ts.run_id is None:
             tracker.log_params(self._trial_params(trial, config))
@@ -335,7 +336,7 @@ class Driver:
         self.parent = Tracker.start(self.mlflow_uri, self.experiment, run_name=self.folder.sweep_id,
                                     run_id=self.state.parent_run_id,
                                     tags=run_tags(extra={"sweep_id": self.folder.sweep_id, "pvm_dist.role": "sweep"}),
-                                    fallback_dir=self.folder.path / "tracking-fallback")
+                                    fallback_dir=self.folder.path / "tracking-fallback", run_key=self.folder.sweep_id)
         if not resuming:
             self.parent.log_params({"sweep": self.sweep.to_dict(), "n_trials": len(self.trials)})
             self.parent.log_dict(self.folder.definition(), "sweep.json")

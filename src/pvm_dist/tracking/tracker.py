@@ -67,7 +67,8 @@ class Tracker:
     def __init__(self, uri: str | None = None, experiment: str = "pvm-dist", *, run_name: str | None = None,
                  run_id: str | None = None, tags: Mapping[str, Any] | None = None,
                  parent_run_id: str | None = None, fallback_dir: str | os.PathLike[str] | None = None,
-                 flush_every: float = 5.0, max_queue: int = 1_000_000, replay_fallback: bool = True) -> None:
+                 flush_every: float = 5.0, max_queue: int = 1_000_000, replay_fallback: bool = True,
+                 run_key: str | None = None) -> None:
         configure_http_timeouts()
         self.uri = uri or default_tracking_uri()
         self.experiment = experiment
@@ -83,7 +84,8 @@ class Tracker:
         if parent_run_id:
             create_tags["mlflow.parentRunId"] = parent_run_id
         self._outbox = Outbox(self.fallback_dir, self.session, max_queue=self.max_queue, run_id=run_id)
-        self._sink = MlflowSink(self.uri, experiment, run_name=run_name, run_id=run_id, tags=create_tags)
+        self._sink = MlflowSink(self.uri, experiment, run_name=run_name, run_id=run_id, tags=create_tags,
+                                run_key=run_key)
         if run_id and replay_fallback:
             self._outbox.replay(run_id)
         if tags and run_id:  # resuming: the run exists already, tags are logged like later ones
@@ -98,16 +100,19 @@ class Tracker:
     def start(cls, uri: str | None = None, experiment: str = "pvm-dist", *, run_name: str | None = None,
               run_id: str | None = None, tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None,
               fallback_dir: str | os.PathLike[str] | None = None, flush_every: float = 5.0,
-              max_queue: int = 1_000_000, replay_fallback: bool = True) -> Tracker:
+              max_queue: int = 1_000_000, replay_fallback: bool = True, run_key: str | None = None) -> Tracker:
         """Start (or, with ``run_id``, resume) a run in ``experiment`` at ``uri``
         (default: :func:`default_tracking_uri`).
+
+        ``run_key`` (a string unique to this run, e.g. ``<sweep id>/<trial id>``) is tagged on the run; a
+        start without ``run_id`` resumes the run that has it rather than creating a second one.
 
         ``parent_run_id`` makes it a nested run. ``fallback_dir`` (default ``./tracking_fallback``) receives
         the fallback JSONL and staged artifacts. Never raises for an unreachable tracker.
         """
         return cls(uri, experiment, run_name=run_name, run_id=run_id, tags=tags, parent_run_id=parent_run_id,
                    fallback_dir=fallback_dir, flush_every=flush_every, max_queue=max_queue,
-                   replay_fallback=replay_fallback)
+                   replay_fallback=replay_fallback, run_key=run_key)
 
     # ---- state ------------------------------------------------------------------------------------
 
