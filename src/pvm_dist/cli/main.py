@@ -428,6 +428,34 @@ def _print_bench(results: list[Any]) -> None:
 
 
 @app.command()
+def sync(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Folders (searched for tracking_fallback.jsonl) or spool files. [default: ./runs, ./pvm-sweeps, ./tracking_fallback]")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was done as JSON.")] = False,
+) -> None:
+    """Deliver what MLflow missed: runs whose process ended (or was killed) while the tracker was away.
+
+    Every undelivered metric, param, tag and artifact in the spools found goes to its run (created if it never
+    was), once, and the run ends FINISHED, FAILED or KILLED as its process meant. Spools of live runs are left alone.
+    """
+    from pvm_dist.tracking.sync import sync_paths
+
+    targets = paths or [p for p in (Path("runs"), Path("pvm-sweeps"), Path("tracking_fallback")) if p.exists()]
+    missing = [str(p) for p in targets if not p.exists()]
+    if missing:
+        raise UserError(f"sync: no such file or folder: {', '.join(missing)}")
+    result = sync_paths(targets)
+    if as_json:
+        _print_json({"runs": result.runs, "metrics": result.metrics, "left": result.left, "busy": result.busy})
+    else:
+        typer.echo(f"synced {result.runs} run(s), {result.metrics:,} metric value(s) delivered"
+                   + (f"; {len(result.busy)} spool(s) in use by a live run left alone" if result.busy else ""))
+        for line in result.left:
+            typer.echo(f"not delivered: {line}", err=True)
+    if result.left:
+        raise typer.Exit(3)
+
+
+@app.command()
 def compare(
     experiment: Annotated[str, typer.Argument(help="MLflow experiment name (a sweep's experiment works too).")],
     mlflow_uri: Annotated[str | None, typer.Option("--mlflow", help="Tracking URI (default: ./mlflow.db).")] = None,

@@ -48,6 +48,7 @@ from pvm_dist.sweep.journal import (
 )
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
 from pvm_dist.sweep.scheduler import Action, ChunkPlan, make_scheduler
+from pvm_dist.tracking.sync import sync_paths
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
@@ -361,6 +362,7 @@ class Driver:
         best = self.best()
         self.folder.append("sweep_ended", status=status, reason=reason, best=best and best["trial_id"])
         st.status, st.reason = status, reason
+        sync_paths([self.folder.path / "trials"])  # trial runs that ended while MLflow was away
         if best is not None:
             self.parent.log_metrics({f"best_{self.sweep.metric}": best["metric"]}, step=self.sweep.steps)
             self.parent.set_tags({"best_trial": best["trial_id"], "best_run_id": best.get("run_id") or ""})

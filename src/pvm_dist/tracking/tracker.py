@@ -54,6 +54,7 @@ from pvm_dist.tracking.mlflow_sink import (METRICS_PER_BATCH, STATUSES, MlflowSi
                                           terminal_status)
 from pvm_dist.tracking.normalize import clean_tags, finite_values, flatten_params, metric_items, short_error
 from pvm_dist.tracking.outbox import Items, Outbox
+from pvm_dist.tracking.owner import hold
 
 __all__ = ["FALLBACK_FILE", "STATUSES", "Tracker", "TrackingWarning", "configure_http_timeouts",
            "default_tracking_uri", "flatten_params", "pending_metrics", "read_fallback", "run_tags"]
@@ -83,7 +84,11 @@ class Tracker:
         create_tags = clean_tags(tags or {})
         if parent_run_id:
             create_tags["mlflow.parentRunId"] = parent_run_id
-        self._outbox = Outbox(self.fallback_dir, self.session, max_queue=self.max_queue, run_id=run_id)
+        self._held = hold(self.fallback_dir.parent)  # a live tracker's spool: `pvm-dist sync` leaves it alone
+        identity = {"uri": self.uri, "experiment": experiment, "run_name": run_name, "run_key": run_key,
+                    "parent_run_id": parent_run_id}
+        self._outbox = Outbox(self.fallback_dir, self.session, max_queue=self.max_queue, run_id=run_id,
+                              identity=identity)
         self._sink = MlflowSink(self.uri, experiment, run_name=run_name, run_id=run_id, tags=create_tags,
                                 run_key=run_key)
         if run_id and replay_fallback:
@@ -243,6 +248,14 @@ class Tracker:
             return
         atexit.unregister(self._atexit)
         self._delivery.join(timeout)
+        self._held.release()
+
+    def requeue(self, sessions: set[str]) -> int:
+        """Re-queue what the earlier tracker ``sessions`` left undelivered in this fallback dir (metrics,
+        params, tags, artifacts), for a run being finished by ``pvm-dist sync``; the metrics re-queued."""
+        n = self._outbox.replay(self.run_id, sessions)
+        self._delivery.nudge()
+        return n
 
     def _queue_items(self, what: Items, items: Mapping[str, str]) -> None:
         if self.closed or not items:
