@@ -23,6 +23,15 @@ def original_zoo() -> Path:
     return ORIGINAL_ZOO
 
 
+@pytest.fixture(scope="session")
+def migrated_db(tmp_path_factory) -> Path:
+    """A SQLite MLflow store with its schema made once (seconds on a small machine); tests copy it."""
+    mlflow = pytest.importorskip("mlflow")
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
 def random_frames(spec, n_steps: int, n_seq: int = 1, seed: int = 0) -> np.ndarray:
     """uint8 BGR frames [n_steps, n_seq, D, D, C], never all zeros."""
     rng = np.random.default_rng(seed)

@@ -83,14 +83,6 @@ def test_a_run_is_found_by_its_key_instead_of_created_twice(tmp_path, away):
 
 # ---- delivery that finishes ---------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def migrated_db(tmp_path_factory):
-    """A SQLite store with MLflow's schema made once (about 4 s here); tests copy it."""
-    path = tmp_path_factory.mktemp("store") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
-
-
 class AwayStore:
     """A SQLite store the tracker cannot reach until :meth:`back`: where its folder should be lies a file."""
 

@@ -273,6 +273,7 @@ def train(
     from pvm_dist.model.spec import load_spec
     from pvm_dist.run import state as run_state
     from pvm_dist.run.config import RunConfig
+    from pvm_dist.run.train import finished_at
     from pvm_dist.run.train import train as run_training
 
     if backend is not None:
@@ -289,9 +290,10 @@ def train(
         if overrides:
             raise UserError("-O cannot change the spec of a resumed run")
         cfg = state.run.replace(**given)
-        if ck.step >= cfg.steps:
-            raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
         folder = run_dir or Path(resume).resolve().parent.parent
+        if ck.step > cfg.steps or (ck.step == cfg.steps and finished_at(folder) == ck.step):
+            raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
+        # at cfg.steps and not finished: killed after its last checkpoint; train() does the end-of-run work
     else:
         parsed = _parse_overrides(overrides)
         s = load_spec(spec)

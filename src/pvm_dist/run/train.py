@@ -18,6 +18,7 @@ from pathlib import Path
 
 import cv2
 
+from pvm_dist.io import checkpoint
 from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.evaluate import score_heldout
@@ -27,6 +28,7 @@ from pvm_dist.run.state import RunState
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
+FINISHED_FILE = "finished.json"  # written once the end-of-run work (held-out score, animation, MLflow close) is done
 
 
 @dataclasses.dataclass
@@ -120,10 +122,23 @@ def _start_tracker(cfg: RunConfig, session: Session, run_dir: Path) -> tuple[Tra
     return tracker, cfg.replace(run_id=tracker.run_id)
 
 
+def finished_at(run_dir: Path) -> int | None:
+    """The step at which the run in ``run_dir`` finished its end-of-run work, None if it never did."""
+    try:
+        return int(json.loads((run_dir / FINISHED_FILE).read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
           on_progress: Callable[[Progress], None] | None = None) -> TrainResult:
-    """Train until ``cfg.steps`` (or a stop signal), checkpointing and tracking as configured."""
+    """Train until ``cfg.steps`` (or a stop signal), checkpointing and tracking as configured.
+
+    Resumed at ``cfg.steps`` already (killed after its last checkpoint), it does only the end-of-run work
+    that was missed: the final picture, the held-out score and the MLflow run's close.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint.remove_stale_temps(run_dir / "checkpoints")  # of a process killed mid-write
     if cfg.heldout:  # fail now, not after training, if the held-out data cannot be read
         from pvm_dist.data import make_source
 
@@ -167,7 +182,7 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
         final = session.state()
         if last_ck is None or last_ck != checkpoint_path(run_dir, session.step):
             last_ck = folder.save_checkpoint(final)
-        if session.step > start_step:
+        if session.step > start_step or not interrupted:
             folder.save_picture(session)
         if session.animation is not None and len(session.animation) > 1 and not interrupted:
             animation = session.animation.save(run_dir / "prediction.gif")
@@ -183,6 +198,8 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
     finally:
         if tracker is not None:
             tracker.close(status)
+    if status == "FINISHED":
+        (run_dir / FINISHED_FILE).write_text(json.dumps({"step": session.step, "time": time.time()}) + "\n")
     rate = (session.step - start_step) / max(trained_s, 1e-9)  # training only, not the held-out score
     return TrainResult(session.step, interrupted, last_ck, run_dir, trained_s, rate, rate * cfg.n_seq, metrics,
                        folder.picture, animation, cfg, heldout)

@@ -415,6 +415,8 @@ def resume_sweep(sweep_id: str, opts: DriverOptions) -> SweepOutcome:
     if not state.unfinished():
         raise SweepRunError(f"sweep {sweep_id} has no unfinished trials (it ended {state.status}); "
                             f"see pvm-dist sweep status {sweep_id}")
+    for trial_dir in (folder.path / "trials").glob("*"):  # temp files of checkpoints written when it was killed
+        checkpoint.remove_stale_temps(trial_dir)
     connect(opts.address)
     driver = Driver(folder, sweep, trials, opts, state)
     return driver.run()
