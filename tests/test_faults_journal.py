@@ -107,3 +107,15 @@ def test_sweep_json_of_a_new_sweep_records_its_store(tmp_path):
         mp.undo()
     tracking = made["folder"].definition()["tracking"]
     assert tracking == {"mlflow_uri": "sqlite:///somewhere.db", "experiment": "rec"}
+
+
+def test_steps_reported_before_a_restart_are_remembered(tmp_path):
+    """A trial lost at step 150 continues from its checkpoint at 100: the journal still knows that steps up
+    to 150 were reported (and logged), so the driver logs the redone steps 101..150 no second time."""
+    folder = _folder(tmp_path)
+    folder.append("checkpoint", trial="t0", step=100)
+    folder.append("progress", trial="t0", step=150)
+    folder.append("trial_lost", trial="t0", reason="worker lost")
+    folder.append("trial_started", trial="t0", step=100)
+    st = folder.state()
+    assert (st.trials["t0"].step, st.trials["t0"].logged_step) == (100, 150)

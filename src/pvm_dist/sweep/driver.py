@@ -241,7 +241,7 @@ class Driver:
         """Log and journal the chunk's metrics, keep its checkpoint, then finish, stop or feed the trial."""
         live, trial_id, step = self.live[ev.trial_id], ev.trial_id, ev.step
         self.frames += ev.n_steps * self.sweep.run.n_seq
-        if ev.metrics:
+        if ev.metrics and step > self.state.trials[trial_id].logged_step:  # a restart redoes steps: log them once
             live.tracker.log_metrics(ev.metrics, step=step)
         self.state.apply(self.folder.append(
             "progress", durable=False, trial=trial_id, step=step, metric=ev.metrics.get(self.sweep.metric),

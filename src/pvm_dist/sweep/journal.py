@@ -78,6 +78,7 @@ class TrialState:
     trial_id: str
     status: str = PENDING
     step: int = 0  # last step reported
+    logged_step: int = 0  # highest step reported ever (kept across restarts: its metrics are in MLflow)
     checkpoint_step: int = 0  # step of trials/<id>/checkpoint.pvmckpt (0: none)
     run_id: str | None = None  # its nested MLflow run
     metric: float | None = None  # the sweep metric at the last report
@@ -141,6 +142,7 @@ class SweepState:
                 t.start_cost_s.append(float(ev["start_cost_s"]))
         elif kind == "progress":
             t.step = int(ev["step"])
+            t.logged_step = max(t.logged_step, t.step)
             t.metrics = dict(ev.get("metrics") or {})
             t.metric = ev.get("metric")
             t.frames_per_s, t.steps_per_s = ev.get("frames_per_s"), ev.get("steps_per_s")
