@@ -111,11 +111,13 @@ def test_sweep_json_of_a_new_sweep_records_its_store(tmp_path):
 
 def test_steps_reported_before_a_restart_are_remembered(tmp_path):
     """A trial lost at step 150 continues from its checkpoint at 100: the journal still knows that steps up
-    to 150 were reported (and logged), so the driver logs the redone steps 101..150 no second time."""
+    to 150 were reported, and when, so the driver logs the redone steps with their first timestamps (stored once)."""
     folder = _folder(tmp_path)
     folder.append("checkpoint", trial="t0", step=100)
-    folder.append("progress", trial="t0", step=150)
+    first = folder.append("progress", trial="t0", step=150)
     folder.append("trial_lost", trial="t0", reason="worker lost")
     folder.append("trial_started", trial="t0", step=100)
+    folder.append("progress", trial="t0", step=150)  # redone
     st = folder.state()
-    assert (st.trials["t0"].step, st.trials["t0"].logged_step) == (100, 150)
+    assert (st.trials["t0"].step, st.trials["t0"].logged_step) == (150, 150)
+    assert st.trials["t0"].logged_ms == {150: int(first["time"] * 1000)}

@@ -31,6 +31,7 @@ from typing import Any
 from pvm_dist.io import checkpoint
 from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
+from pvm_dist.run.metrics import SPEED_METRICS
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
 from pvm_dist.sweep.executor import (ChunkDone, EngineUnavailable, Event, Executor, FinalState, SweepRunError, TrialError,
@@ -241,12 +242,14 @@ class Driver:
         """Log and journal the chunk's metrics, keep its checkpoint, then finish, stop or feed the trial."""
         live, trial_id, step = self.live[ev.trial_id], ev.trial_id, ev.step
         self.frames += ev.n_steps * self.sweep.run.n_seq
-        if ev.metrics and step > self.state.trials[trial_id].logged_step:  # a restart redoes steps: log them once
-            live.tracker.log_metrics(ev.metrics, step=step)
+        redone = step <= self.state.trials[trial_id].logged_step  # a restarted trial redoes steps since its checkpoint
         self.state.apply(self.folder.append(
             "progress", durable=False, trial=trial_id, step=step, metric=ev.metrics.get(self.sweep.metric),
             steps_per_s=ev.metrics.get("steps_per_s"), frames_per_s=ev.metrics.get("frames_per_s"),
             metrics={k: v for k, v in ev.metrics.items() if not k.startswith("layer")}))
+        if ev.metrics:  # redone: the same values at the first timestamp, which MLflow stores once (speed: not again)
+            live.tracker.log_metrics({k: v for k, v in ev.metrics.items() if not (redone and k in SPEED_METRICS)},
+                                     step=step, timestamp=self.state.trials[trial_id].logged_ms[step])
         if ev.state is not None:
             self._save_checkpoint(live, step, ev.state, ev.picture)
         if ev.heldout:

@@ -185,14 +185,17 @@ class Tracker:
             return
         self._queue_items("tags", clean)
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        """Queue metrics for ``step`` (timestamped now). Non-finite values are skipped and counted.
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, timestamp: int | None = None) -> None:
+        """Queue metrics for ``step``, timestamped ``timestamp`` (ms since the epoch; default now). Non-finite
+        values are skipped and counted.
 
-        A sequence value (e.g. a per-layer error array) logs as ``key/0``, ``key/1``, ...
+        A sequence value (e.g. a per-layer error array) logs as ``key/0``, ``key/1``, ... A step logged again
+        with the same values and timestamp (a resumed run redoing steps since its checkpoint) is stored once
+        by MLflow's SQL stores, so resumes pass the timestamp the step was first logged with.
         """
         if self.closed:
             return
-        ts = now_ms()
+        ts = now_ms() if timestamp is None else int(timestamp)
         try:
             step = int(step)
             items = metric_items(metrics)
