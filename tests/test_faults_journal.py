@@ -110,14 +110,15 @@ def test_sweep_json_of_a_new_sweep_records_its_store(tmp_path):
 
 
 def test_steps_reported_before_a_restart_are_remembered(tmp_path):
-    """A trial lost at step 150 continues from its checkpoint at 100: the journal still knows that steps up
-    to 150 were reported, and when, so the driver logs the redone steps with their first timestamps (stored once)."""
+    """A trial lost at step 150 continues from its checkpoint at 100: the journal still knows what steps up
+    to 150 reported, and when, so the restarted trial's run gets them again as they were first logged (MLflow
+    stores an identical point once) and the redone steps are not logged a second time."""
     folder = _folder(tmp_path)
     folder.append("checkpoint", trial="t0", step=100)
-    first = folder.append("progress", trial="t0", step=150)
+    first = folder.append("progress", trial="t0", step=150, metrics={"loss": 0.5})
     folder.append("trial_lost", trial="t0", reason="worker lost")
     folder.append("trial_started", trial="t0", step=100)
-    folder.append("progress", trial="t0", step=150)  # redone
+    folder.append("progress", trial="t0", step=150, metrics={"loss": 0.5, "steps_per_s": 9.0})  # redone
     st = folder.state()
-    assert (st.trials["t0"].step, st.trials["t0"].logged_step) == (150, 150)
-    assert st.trials["t0"].logged_ms == {150: int(first["time"] * 1000)}
+    assert st.trials["t0"].step == 150
+    assert st.trials["t0"].logged == {150: (int(first["time"] * 1000), {"loss": 0.5})}

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import cv2
 
@@ -22,7 +23,6 @@ from pvm_dist.io import checkpoint
 from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.evaluate import score_heldout
-from pvm_dist.run.metrics import SPEED_METRICS
 from pvm_dist.run.session import Session
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
@@ -123,22 +123,24 @@ def _start_tracker(cfg: RunConfig, session: Session, run_dir: Path) -> tuple[Tra
     return tracker, cfg.replace(run_id=tracker.run_id)
 
 
-def _logged_steps(path: Path) -> dict[int, int]:
-    """Steps ``metrics.jsonl`` already holds, with when they were logged (a resumed run redoes the steps after
-    its checkpoint). A torn last line (killed mid-write) is cut off so the next line starts clean."""
+def _logged_steps(path: Path) -> dict[int, tuple[int, dict[str, Any]]]:
+    """What ``metrics.jsonl`` holds, by step: when it was logged, and the values. A resumed run sends these to
+    MLflow again as they were (its SQL stores keep one copy of an identical point) and does not log the steps
+    it redoes after its checkpoint a second time. A torn last line (killed mid-write) is cut off."""
     if not path.exists():
         return {}
     raw = path.read_bytes()
     if raw and not raw.endswith(b"\n"):
         with open(path, "r+b") as f:
             f.truncate(raw.rfind(b"\n") + 1)
-    out: dict[int, int] = {}
+    out: dict[int, tuple[int, dict[str, Any]]] = {}
     for line in raw.splitlines():
         try:
             rec = json.loads(line)
-            out.setdefault(int(rec["step"]), int(rec["time_ms"]))
-        except (ValueError, KeyError, TypeError):
+            step, stamp = int(rec.pop("step")), int(rec.pop("time_ms"))
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue  # torn, or written before lines had a time
+        out.setdefault(step, (stamp, rec))
     return out
 
 
@@ -177,7 +179,10 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
     heldout: dict[str, float] = {}
     animation: Path | None = None
     try:
-        logged = _logged_steps(run_dir / "metrics.jsonl")
+        logged = _logged_steps(run_dir / "metrics.jsonl") if resume is not None else {}
+        if tracker is not None:  # what a killed process had queued may never have arrived: send it again, as it was
+            for step, (stamp, values) in logged.items():
+                tracker.log_metrics(values, step=step, timestamp=stamp)
         with stop_on_signals() as should_stop, open(run_dir / "metrics.jsonl", "a") as log:
             while session.step < cfg.steps:
                 t0 = time.perf_counter()
@@ -186,14 +191,12 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
                 s = session.step
                 if s % cfg.metrics_every == 0 or s == cfg.steps:
                     metrics = session.take_metrics()
-                    first_ms = logged.get(s)
-                    if first_ms is None:
-                        first_ms = int(time.time() * 1000)
-                        log.write(json.dumps({"step": s, "time_ms": first_ms, **metrics}) + "\n")
+                    if s not in logged:  # else a redone step, logged (again) from metrics.jsonl at the start
+                        stamp = int(time.time() * 1000)
+                        log.write(json.dumps({"step": s, "time_ms": stamp, **metrics}) + "\n")
                         log.flush()
-                    if tracker is not None:  # a redone step: its first timestamp (MLflow stores it once), no speed
-                        tracker.log_metrics({k: v for k, v in metrics.items() if s not in logged or k not in SPEED_METRICS},
-                                            step=s, timestamp=first_ms)
+                        if tracker is not None:
+                            tracker.log_metrics(metrics, step=s, timestamp=stamp)
                     if on_progress:
                         on_progress(Progress(s, cfg.steps, metrics["steps_per_s"], metrics["frames_per_s"],
                                              metrics.get("l0_two_step_px"), metrics.get("baseline_two_step_px")))

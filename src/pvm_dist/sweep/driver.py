@@ -31,7 +31,6 @@ from typing import Any
 from pvm_dist.io import checkpoint
 from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
-from pvm_dist.run.metrics import SPEED_METRICS
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
 from pvm_dist.sweep.executor import (ChunkDone, EngineUnavailable, Event, Executor, FinalState, SweepRunError, TrialError,
@@ -226,6 +225,8 @@ class Driver:
                 ts.run_id = tracker.run_id
         else:
             tracker.set_tags(where)
+        for step, (stamp, metrics) in ts.logged.items():  # a restart: what the last tracker may not have delivered,
+            tracker.log_metrics(metrics, step=step, timestamp=stamp)  # as it was (MLflow keeps one copy of a point)
         self.state.apply(self.folder.append(
             "trial_started", trial=trial.trial_id, step=ev.step, node=w.node, host=w.host, gpu=w.gpu, actor=w.actor,
             pid=w.pid, start_cost_s=ev.start_cost_s, warm=ev.warm, round_trip_s=ev.round_trip_s, device=ev.device))
@@ -242,14 +243,14 @@ class Driver:
         """Log and journal the chunk's metrics, keep its checkpoint, then finish, stop or feed the trial."""
         live, trial_id, step = self.live[ev.trial_id], ev.trial_id, ev.step
         self.frames += ev.n_steps * self.sweep.run.n_seq
-        redone = step <= self.state.trials[trial_id].logged_step  # a restarted trial redoes steps since its checkpoint
-        self.state.apply(self.folder.append(
+        redone = step in self.state.trials[trial_id].logged  # a restarted trial redoes the steps after its checkpoint
+        record = self.folder.append(
             "progress", durable=False, trial=trial_id, step=step, metric=ev.metrics.get(self.sweep.metric),
             steps_per_s=ev.metrics.get("steps_per_s"), frames_per_s=ev.metrics.get("frames_per_s"),
-            metrics={k: v for k, v in ev.metrics.items() if not k.startswith("layer")}))
-        if ev.metrics:  # redone: the same values at the first timestamp, which MLflow stores once (speed: not again)
-            live.tracker.log_metrics({k: v for k, v in ev.metrics.items() if not (redone and k in SPEED_METRICS)},
-                                     step=step, timestamp=self.state.trials[trial_id].logged_ms[step])
+            metrics=ev.metrics)
+        self.state.apply(record)
+        if ev.metrics and not redone:  # redone steps were sent again (as first logged) when the trial restarted
+            live.tracker.log_metrics(ev.metrics, step=step, timestamp=int(record["time"] * 1000))
         if ev.state is not None:
             self._save_checkpoint(live, step, ev.state, ev.picture)
         if ev.heldout:

@@ -78,8 +78,7 @@ class TrialState:
     trial_id: str
     status: str = PENDING
     step: int = 0  # last step reported
-    logged_step: int = 0  # highest step reported ever (kept across restarts: its metrics are in MLflow)
-    logged_ms: dict[int, int] = dataclasses.field(default_factory=dict)  # step -> when its metrics were first logged
+    logged: dict[int, tuple[int, dict[str, float]]] = dataclasses.field(default_factory=dict)  # step -> (ms, metrics)
     checkpoint_step: int = 0  # step of trials/<id>/checkpoint.pvmckpt (0: none)
     run_id: str | None = None  # its nested MLflow run
     metric: float | None = None  # the sweep metric at the last report
@@ -143,11 +142,10 @@ class SweepState:
                 t.start_cost_s.append(float(ev["start_cost_s"]))
         elif kind == "progress":
             t.step = int(ev["step"])
-            t.logged_step = max(t.logged_step, t.step)
-            t.logged_ms.setdefault(t.step, int(now * 1000))
             t.metrics = dict(ev.get("metrics") or {})
             t.metric = ev.get("metric")
             t.frames_per_s, t.steps_per_s = ev.get("frames_per_s"), ev.get("steps_per_s")
+            t.logged.setdefault(t.step, (int(now * 1000), t.metrics))  # the first report of a step (kept on restarts)
         elif kind == "checkpoint":
             t.checkpoint_step = int(ev["step"])
         elif kind == "trial_lost":
