@@ -445,7 +445,10 @@ def sync(
     missing = [str(p) for p in targets if not p.exists()]
     if missing:
         raise UserError(f"sync: no such file or folder: {', '.join(missing)}")
-    result = sync_paths(targets)
+    import contextlib
+
+    with contextlib.redirect_stdout(sys.stderr):  # MLflow prints "View run ..." lines there for HTTP trackers
+        result = sync_paths(targets)
     if as_json:
         _print_json({"runs": result.runs, "metrics": result.metrics, "left": result.left, "busy": result.busy})
     else:
