@@ -45,6 +45,13 @@ def test_a_run_killed_after_its_final_checkpoint_is_finished_by_resume(tmp_path,
     assert ck.step == 40 and ck.meta["run_id"]
     client = mlflow.MlflowClient(uri)
     assert client.get_run(ck.meta["run_id"]).info.status == "RUNNING"  # killed: nobody closed it
+    from typer.testing import CliRunner
+
+    from pvm_dist.cli.main import app
+
+    synced = CliRunner().invoke(app, ["sync", str(run_dir), "--json"])  # killed runs do not stay RUNNING
+    assert synced.exit_code == 0 and json.loads(synced.stdout)["killed"] == 1, synced.output
+    assert client.get_run(ck.meta["run_id"]).info.status == "KILLED"
     stale = final.parent / f".{final.name}.tmp-{child.pid}-0badf00d"  # a write the kill cut short
     stale.write_bytes(b"half a checkpoint")
 

@@ -439,7 +439,7 @@ def sync(
     Every undelivered metric, param, tag and artifact in the spools found goes to its run (created if it never
     was), once, and the run ends FINISHED, FAILED or KILLED as its process meant. Spools of live runs are left alone.
     """
-    from pvm_dist.tracking.sync import sync_paths
+    from pvm_dist.tracking.sync import end_if_running, sync_paths
 
     targets = paths or [p for p in (Path("runs"), Path("pvm-sweeps"), Path("tracking_fallback")) if p.exists()]
     missing = [str(p) for p in targets if not p.exists()]
@@ -449,15 +449,48 @@ def sync(
 
     with contextlib.redirect_stdout(sys.stderr):  # MLflow prints "View run ..." lines there for HTTP trackers
         result = sync_paths(targets)
+        killed = sum(end_if_running(uri, run_id, owner) for uri, run_id, owner in _tracked_runs(targets))
     if as_json:
-        _print_json({"runs": result.runs, "metrics": result.metrics, "left": result.left, "busy": result.busy})
+        _print_json({"runs": result.runs, "metrics": result.metrics, "killed": killed, "left": result.left,
+                     "busy": result.busy})
     else:
-        typer.echo(f"synced {result.runs} run(s), {result.metrics:,} metric value(s) delivered"
+        typer.echo(f"synced {result.runs} run(s), {result.metrics:,} metric value(s) delivered; {killed} run(s) "
+                   f"left RUNNING by a killed process closed as KILLED"
                    + (f"; {len(result.busy)} spool(s) in use by a live run left alone" if result.busy else ""))
         for line in result.left:
             typer.echo(f"not delivered: {line}", err=True)
     if result.left:
         raise typer.Exit(3)
+
+
+def _tracked_runs(paths: list[Path]) -> list[tuple[str, str, Path]]:
+    """(store, run id, folder its process tracked from) of the runs under ``paths``: each run folder's or sweep
+    trial's newest checkpoint, and each sweep's parent run (from its journal)."""
+    from pvm_dist.io.checkpoint import CheckpointError, read_header
+    from pvm_dist.sweep.journal import SweepFolder
+
+    newest: dict[Path, Path] = {}
+    for path in paths:
+        for ck in sorted(Path(path).rglob("*.pvmckpt")) if Path(path).is_dir() else []:
+            owner = ck.parent.parent if ck.parent.name == "checkpoints" else ck.parent
+            newest[owner] = ck
+    out = []
+    for owner, ck in newest.items():
+        try:
+            meta = read_header(ck)["meta"]
+        except (CheckpointError, OSError):
+            continue
+        if meta.get("track", True) and meta.get("run_id") and meta.get("mlflow_uri"):
+            out.append((meta["mlflow_uri"], meta["run_id"], owner))
+    for path in paths:
+        for journal in sorted(Path(path).rglob("journal.jsonl")) if Path(path).is_dir() else []:
+            try:
+                state = SweepFolder.open(journal.parent.parent, journal.parent.name).state()
+            except (OSError, ValueError, KeyError):
+                continue
+            if state.parent_run_id and state.mlflow_uri:
+                out.append((state.mlflow_uri, state.parent_run_id, journal.parent))
+    return out
 
 
 @app.command()

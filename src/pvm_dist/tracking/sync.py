@@ -130,6 +130,27 @@ def sync_spool(fallback_dir: Path) -> SyncResult:
     return result
 
 
+def end_if_running(uri: str, run_id: str, owner: Path) -> bool:
+    """End as KILLED the run ``run_id`` when MLflow still has it RUNNING and no live tracker holds ``owner``
+    (the folder its process tracked from): that process died without closing it. True when it did."""
+    lock = claim(owner)
+    if lock is None:
+        return False
+    try:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(uri)
+        if client.get_run(run_id).info.status != "RUNNING":
+            return False
+        client.set_terminated(run_id, status="KILLED")
+        return True
+    except Exception as e:  # noqa: BLE001 - the tracker away or the run unknown: nothing to close now
+        log.warning("tracking: cannot check run %s at %s: %s", run_id, uri, e)
+        return False
+    finally:
+        lock.release()
+
+
 def spool_dirs(paths: Iterable[Path]) -> list[Path]:
     """Every folder holding a spool under ``paths`` (folders, or spool files themselves)."""
     found: list[Path] = []
