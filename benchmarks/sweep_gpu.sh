@@ -12,7 +12,7 @@ OUT_DIR=${1:-${OUT:-benchmarks/out}}
 SWEEP=${PVM_SWEEP_FILE:-experiments/gpu_small_4trials.yaml}
 WORK=${PVM_SWEEP_WORK:-/tmp/pvm-sweep-bench}
 mkdir -p "$OUT_DIR" "$WORK"
-export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
+export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT_DIR/gpus.txt"
 if ! python3 -c "import pvm_dist._native" 2>/dev/null; then
     CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${PVM_CUDA_ARCHS:-90}" python3 -m pip install --no-build-isolation --no-deps -q . \

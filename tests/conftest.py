@@ -23,6 +23,15 @@ def original_zoo() -> Path:
     return ORIGINAL_ZOO
 
 
+@pytest.fixture(scope="session")
+def migrated_db(tmp_path_factory) -> Path:
+    """A SQLite MLflow store with its schema made once (seconds on a small machine); tests copy it."""
+    mlflow = pytest.importorskip("mlflow")
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
 def random_frames(spec, n_steps: int, n_seq: int = 1, seed: int = 0) -> np.ndarray:
     """uint8 BGR frames [n_steps, n_seq, D, D, C], never all zeros."""
     rng = np.random.default_rng(seed)
@@ -49,8 +58,19 @@ def native_cuda_available() -> bool:
     return bool(info.get("available") and info.get("cuda_compiled") and info.get("devices"))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked exhaustive (the whole fault-injection suite)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` skip cleanly where there is no CUDA GPU (and native CUDA build)."""
+    """Tests marked ``exhaustive`` run only with ``--slow``; tests marked ``gpu`` skip cleanly where there is
+    no CUDA GPU (and native CUDA build)."""
+    if not config.getoption("--slow"):
+        skip_heavy = pytest.mark.skip(reason="exhaustive: run with pytest --slow")
+        for item in items:
+            if "exhaustive" in item.keywords:
+                item.add_marker(skip_heavy)
     if native_cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU and the native engine built with CUDA")

@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 from conftest import cli_command
 
-#: Ray on a test machine: no sign-in, no usage reports.
-RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+#: Ray on a test machine: no usage reports (token authentication stays as Ray sets it: on).
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def sweep_file(folder: Path, name: str = "t", **fields: Any) -> Path:

@@ -190,3 +190,20 @@ def test_a_stop_signal_checkpoints_running_trials_where_they_are(tmp_path, mlflo
     for trial in paused:
         reported = max(e["step"] for e in d.folder.events() if e["event"] == "progress" and e["trial"] == trial)
         assert checkpoint.load(d.folder.checkpoint_file(trial)).step == reported
+
+
+def test_a_restarted_trial_logs_each_step_once(tmp_path, mlflow_uri, scripted):
+    """Lost after reporting step 300 with its checkpoint at 200: the replacement redoes step 300, which MLflow
+    gets no second time (issue 16, item 11)."""
+    import mlflow
+
+    scripted.lose = {("t000", 400)}
+    d = make_driver(tmp_path, mlflow_uri, max_failures=1)
+    out = d.run()
+    assert out.status == "FINISHED"
+    assert [e["step"] for e in d.folder.events() if e["event"] == "trial_started"] == [0, 200]
+    reported = [e["step"] for e in d.folder.events() if e["event"] == "progress"]
+    assert reported.count(300) == 2  # redone
+    client = mlflow.MlflowClient(mlflow_uri)
+    history = client.get_metric_history(d.state.trials["t000"].run_id, "ratio_two_step")
+    assert sorted(m.step for m in history) == [100, 200, 300, 400, 500, 600]

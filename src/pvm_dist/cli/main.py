@@ -283,6 +283,7 @@ def train(
     from pvm_dist.model.spec import load_spec
     from pvm_dist.run import state as run_state
     from pvm_dist.run.config import RunConfig
+    from pvm_dist.run.train import finished_at
     from pvm_dist.run.train import train as run_training
 
     if backend is not None:
@@ -300,9 +301,10 @@ def train(
             raise UserError("-O cannot change the spec of a resumed run")
         _check_resume(state.run, given, spec)
         cfg = _configured(state.run, given)
-        if ck.step >= cfg.steps:
-            raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
         folder = run_dir or Path(resume).resolve().parent.parent
+        if ck.step > cfg.steps or (ck.step == cfg.steps and finished_at(folder) == ck.step):
+            raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
+        # at cfg.steps and not finished: killed after its last checkpoint; train() does the end-of-run work
     else:
         from pvm_dist.run.config import FIRST_RUN_SPEC, first_run
 
@@ -512,6 +514,70 @@ def _print_bench(results: list[Any]) -> None:
         if r.phases_ms:
             phases = ", ".join(f"{k} {v * 1e3:,.1f} µs" for k, v in r.phases_ms.items())
             con.print(f"  {r.spec} n_seq={r.n_seq} phases: {phases}")
+
+
+@app.command()
+def sync(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Folders (searched for tracking_fallback.jsonl) or spool files. [default: ./runs, ./pvm-sweeps, ./tracking_fallback]")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was done as JSON.")] = False,
+) -> None:
+    """Deliver what MLflow missed: runs whose process ended (or was killed) while the tracker was away.
+
+    Every undelivered metric, param, tag and artifact in the spools found goes to its run (created if it never
+    was), once, and the run ends FINISHED, FAILED or KILLED as its process meant. Spools of live runs are left alone.
+    """
+    from pvm_dist.tracking.sync import end_if_running, sync_paths
+
+    targets = paths or [p for p in (Path("runs"), Path("pvm-sweeps"), Path("tracking_fallback")) if p.exists()]
+    missing = [str(p) for p in targets if not p.exists()]
+    if missing:
+        raise UserError(f"sync: no such file or folder: {', '.join(missing)}")
+    import contextlib
+
+    with contextlib.redirect_stdout(sys.stderr):  # MLflow prints "View run ..." lines there for HTTP trackers
+        result = sync_paths(targets)
+        killed = sum(end_if_running(uri, run_id, owner) for uri, run_id, owner in _tracked_runs(targets))
+    if as_json:
+        _print_json({"runs": result.runs, "metrics": result.metrics, "killed": killed, "left": result.left,
+                     "busy": result.busy})
+    else:
+        typer.echo(f"synced {result.runs} run(s), {result.metrics:,} metric value(s) delivered; {killed} run(s) "
+                   f"left RUNNING by a killed process closed as KILLED"
+                   + (f"; {len(result.busy)} spool(s) in use by a live run left alone" if result.busy else ""))
+        for line in result.left:
+            typer.echo(f"not delivered: {line}", err=True)
+    if result.left:
+        raise typer.Exit(3)
+
+
+def _tracked_runs(paths: list[Path]) -> list[tuple[str, str, Path]]:
+    """(store, run id, folder its process tracked from) of the runs under ``paths``: each run folder's or sweep
+    trial's newest checkpoint, and each sweep's parent run (from its journal)."""
+    from pvm_dist.io.checkpoint import CheckpointError, read_header
+    from pvm_dist.sweep.journal import SweepFolder
+
+    newest: dict[Path, Path] = {}
+    for path in paths:
+        for ck in sorted(Path(path).rglob("*.pvmckpt")) if Path(path).is_dir() else []:
+            owner = ck.parent.parent if ck.parent.name == "checkpoints" else ck.parent
+            newest[owner] = ck
+    out = []
+    for owner, ck in newest.items():
+        try:
+            meta = read_header(ck)["meta"]
+        except (CheckpointError, OSError):
+            continue
+        if meta.get("track", True) and meta.get("run_id") and meta.get("mlflow_uri"):
+            out.append((meta["mlflow_uri"], meta["run_id"], owner))
+    for path in paths:
+        for journal in sorted(Path(path).rglob("journal.jsonl")) if Path(path).is_dir() else []:
+            try:
+                state = SweepFolder.open(journal.parent.parent, journal.parent.name).state()
+            except (OSError, ValueError, KeyError):
+                continue
+            if state.parent_run_id and state.mlflow_uri:
+                out.append((state.mlflow_uri, state.parent_run_id, journal.parent))
+    return out
 
 
 @app.command()

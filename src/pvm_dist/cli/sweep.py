@@ -155,6 +155,7 @@ def resume(
 
     check_root(root)
     opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, max_concurrent=max_concurrent, root=root)
+    _deliver_spools(Path(root) / sweep_id)
     _finish(_with_live_table(lambda: resume_sweep(sweep_id, opts), opts, show=not (as_json or quiet)), as_json, root)
 
 
@@ -175,6 +176,7 @@ def status(
             raise SweepNotFound(f"no sweeps under {Path(root).resolve()}")
         sweep_id = found[-1].parent.name
     folder = SweepFolder.open(root, sweep_id)
+    _deliver_spools(folder.path)
     definition = folder.definition()
     sweep = load_sweep(definition["sweep"])
     state = folder.state()
@@ -187,6 +189,26 @@ def status(
     Console().print(progress.table(state, trials, sweep.steps, sweep.metric, f"{sweep_id} · {state.status}"))
     if state.reason:
         typer.echo(f"reason: {state.reason}")
+
+
+def _deliver_spools(folder: Path) -> None:
+    """Deliver what the sweep's runs left in their spools while MLflow was away, when no driver is running it
+    (a live driver holds the sweep folder and delivers its own)."""
+    from pvm_dist.tracking.owner import claim
+    from pvm_dist.tracking.sync import sync_paths
+
+    if not folder.is_dir():
+        return
+    lock = claim(folder)
+    if lock is None:
+        return
+    lock.release()
+    result = sync_paths([folder])
+    if result.runs:
+        typer.echo(f"delivered {result.metrics:,} metric value(s) of {result.runs} run(s) the tracker had missed",
+                   err=True)
+    for line in result.left:
+        typer.echo(f"not delivered yet: {line}", err=True)
 
 
 def _with_live_table(start: Any, opts: Any, show: bool) -> Any:

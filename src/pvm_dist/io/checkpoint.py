@@ -359,6 +359,31 @@ def save(path: str | os.PathLike[str], engine_state: Mapping[str, Any], meta: Ma
     return target
 
 
+def remove_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temp files that :func:`save` left in ``folder`` when its process was killed mid-write
+    (``.<name>.tmp-<pid>-<hex>`` of a pid no longer running); the files removed. A live writer's are kept."""
+    removed = []
+    for tmp in Path(folder).glob(".*.tmp-*-*"):
+        try:
+            pid = int(tmp.name.rsplit("-", 2)[1])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not _running(pid):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, not ours
+        return True
+    return True
+
+
 # --------------------------------------------------------------------------- load
 
 

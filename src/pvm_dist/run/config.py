@@ -44,6 +44,7 @@ class RunConfig:
     experiment: str = "pvm-dist"
     run_name: str | None = None
     run_id: str | None = None  # the MLflow run this run logs to (set once it exists)
+    run_key: str | None = None  # tags that run from its start, so a resume finds it before its id is known
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in

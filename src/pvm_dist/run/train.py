@@ -13,10 +13,12 @@ import json
 import logging
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from pvm_dist.io import pictures
+from pvm_dist.io import checkpoint, pictures
 from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.evaluate import score_heldout
@@ -27,6 +29,7 @@ from pvm_dist.tracking.images import log_image_series
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
+FINISHED_FILE = "finished.json"  # written once the end-of-run work (held-out score, animation, MLflow close) is done
 log = logging.getLogger(__name__)
 
 
@@ -100,8 +103,11 @@ class _RunFolder:
         return path
 
     def save_checkpoint(self, state: RunState) -> Path:
-        """Write atomically, then keep the newest few plus every ``keep_every``-th. A failed write (a full
-        disk) raises :class:`CheckpointWriteError`; the checkpoints already written stay as they are."""
+        """Write atomically (with the MLflow run id, once the tracker knows it), then keep the newest few plus
+        every ``keep_every``-th. A failed write (a full disk) raises :class:`CheckpointWriteError`; the
+        checkpoints already written stay as they are."""
+        if self.tracker is not None and self.tracker.run_id and state.run.run_id != self.tracker.run_id:
+            state = dataclasses.replace(state, run=state.run.replace(run_id=self.tracker.run_id))
         cfg = state.run
         target = checkpoint_path(self.path, state.step)
         try:
@@ -129,20 +135,54 @@ class _RunFolder:
 
 def _start_tracker(cfg: RunConfig, session: Session, run_dir: Path) -> tuple[Tracker, RunConfig]:
     resuming = cfg.run_id is not None
-    cfg = cfg.replace(mlflow_uri=cfg.mlflow_uri or default_tracking_uri())
+    cfg = cfg.replace(mlflow_uri=cfg.mlflow_uri or default_tracking_uri(), run_key=cfg.run_key or uuid.uuid4().hex)
     tracker = Tracker.start(cfg.mlflow_uri, cfg.experiment, run_name=cfg.run_name or run_dir.name, run_id=cfg.run_id,
                             tags=run_tags(session.engine.backend, session.engine.device_label,
                                           {"run_dir": str(run_dir), "pvm_dist.command": cfg.command()}),
-                            fallback_dir=run_dir / "tracking-fallback")
+                            fallback_dir=run_dir / "tracking-fallback", run_key=cfg.run_key)
     if not resuming:
         tracker.log_params(cfg.params())
         tracker.log_dict({"name": cfg.spec.name, **cfg.spec.to_dict()}, "spec.json")
     return tracker, cfg.replace(run_id=tracker.run_id)
 
 
+def _logged_steps(path: Path) -> dict[int, tuple[int, dict[str, Any]]]:
+    """What ``metrics.jsonl`` holds, by step: when it was logged, and the values. A resumed run sends these to
+    MLflow again as they were (its SQL stores keep one copy of an identical point) and does not log the steps
+    it redoes after its checkpoint a second time. A torn last line (killed mid-write) is cut off."""
+    if not path.exists():
+        return {}
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(raw.rfind(b"\n") + 1)
+    out: dict[int, tuple[int, dict[str, Any]]] = {}
+    for line in raw.splitlines():
+        try:
+            rec = json.loads(line)
+            step, stamp = int(rec.pop("step")), int(rec.pop("time_ms"))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # torn, or written before lines had a time
+        out.setdefault(step, (stamp, rec))
+    return out
+
+
+def finished_at(run_dir: Path) -> int | None:
+    """The step at which the run in ``run_dir`` finished its end-of-run work, None if it never did."""
+    try:
+        return int(json.loads((run_dir / FINISHED_FILE).read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
           on_progress: Callable[[Progress], None] | None = None) -> TrainResult:
-    """Train until ``cfg.steps`` (or a stop signal), checkpointing and tracking as configured."""
+    """Train until ``cfg.steps`` (or a stop signal), checkpointing and tracking as configured.
+
+    Resumed at ``cfg.steps`` already (killed after its last checkpoint), it does only the end-of-run work
+    that was missed: the final picture, the held-out score and the MLflow run's close.
+    """
+    checkpoint.remove_stale_temps(run_dir / "checkpoints")  # of a process killed mid-write
     if cfg.heldout:  # fail now, not after training, if the held-out data cannot be read
         from pvm_dist.data import make_source
 
@@ -162,6 +202,10 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
     heldout: dict[str, float] = {}
     animation: Path | None = None
     try:
+        logged = _logged_steps(run_dir / "metrics.jsonl") if resume is not None else {}
+        if tracker is not None:  # what a killed process had queued may never have arrived: send it again, as it was
+            for step, (stamp, values) in logged.items():
+                tracker.log_metrics(values, step=step, timestamp=stamp)
         with stop_on_signals() as should_stop, open(run_dir / "metrics.jsonl", "a") as log:
             while session.step < cfg.steps:
                 t0 = time.perf_counter()
@@ -170,10 +214,12 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
                 s = session.step
                 if s % cfg.metrics_every == 0 or s == cfg.steps:
                     metrics = session.take_metrics()
-                    log.write(json.dumps({"step": s, **metrics}) + "\n")
-                    log.flush()
-                    if tracker is not None:
-                        tracker.log_metrics(metrics, step=s)
+                    if s not in logged:  # else a redone step, logged (again) from metrics.jsonl at the start
+                        stamp = int(time.time() * 1000)
+                        log.write(json.dumps({"step": s, "time_ms": stamp, **metrics}) + "\n")
+                        log.flush()
+                        if tracker is not None:
+                            tracker.log_metrics(metrics, step=s, timestamp=stamp)
                     if on_progress:
                         on_progress(Progress(s, cfg.steps, metrics["steps_per_s"], metrics["frames_per_s"],
                                              metrics.get("l0_two_step_px"), metrics.get("baseline_two_step_px"),
@@ -188,7 +234,7 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
         final = session.state()
         if last_ck is None or last_ck != checkpoint_path(run_dir, session.step):
             last_ck = folder.save_checkpoint(final)
-        if session.step > start_step:
+        if session.step > start_step or not interrupted:
             folder.save_picture(session)
         if session.animation is not None and len(session.animation) > 1 and not interrupted:
             animation = session.animation.save(run_dir / "prediction.gif")
@@ -208,6 +254,8 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
     finally:
         if tracker is not None:
             tracker.close(status)
+    if status == "FINISHED":
+        (run_dir / FINISHED_FILE).write_text(json.dumps({"step": session.step, "time": time.time()}) + "\n")
     rate = (session.step - start_step) / max(trained_s, 1e-9)  # training only, not the held-out score
     return TrainResult(session.step, interrupted, last_ck, run_dir, trained_s, rate, rate * cfg.n_seq, metrics,
                        folder.picture, animation, cfg, heldout)

@@ -56,6 +56,7 @@ from pvm_dist.sweep.scheduler import Action, ChunkPlan, Decision, make_scheduler
 from pvm_dist.sweep.source import make_source
 from pvm_dist.tracking.compare import label
 from pvm_dist.tracking.images import log_image_series
+from pvm_dist.tracking.sync import sync_paths
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
@@ -241,7 +242,8 @@ class Driver:
         tracker = Tracker.start(self.mlflow_uri, self.experiment, run_name=f"{label(trial.varied)} ({trial.trial_id})".strip(),
                                 run_id=ts.run_id, parent_run_id=self.parent.run_id,
                                 tags=run_tags(ev.backend, ev.device, {**where, "pvm_dist.command": config.command()}),
-                                fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback")
+                                fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback",
+                                run_key=f"{self.folder.sweep_id}/{trial.trial_id}")
         if ts.run_id is None:
             tracker.log_params(self._trial_params(trial, config))
             if tracker.run_id:
@@ -249,6 +251,8 @@ class Driver:
                 ts.run_id = tracker.run_id
         else:
             tracker.set_tags(where)
+        for step, (stamp, metrics) in ts.logged.items():  # a restart: what the last tracker may not have delivered,
+            tracker.log_metrics(metrics, step=step, timestamp=stamp)  # as it was (MLflow keeps one copy of a point)
         self.state.apply(self.folder.append(
             "trial_started", trial=trial.trial_id, step=ev.step, node=w.node, host=w.host, gpu=w.gpu, actor=w.actor,
             pid=w.pid, start_cost_s=ev.start_cost_s, warm=ev.warm, round_trip_s=ev.round_trip_s, device=ev.device))
@@ -265,12 +269,14 @@ class Driver:
         """Log and journal the chunk's metrics, keep its checkpoint, then finish, stop or feed the trial."""
         live, trial_id, step = self.live[ev.trial_id], ev.trial_id, ev.step
         self.frames += ev.n_steps * live.config.n_seq
-        if ev.metrics:
-            live.tracker.log_metrics(ev.metrics, step=step)
-        self.state.apply(self.folder.append(
+        redone = step in self.state.trials[trial_id].logged  # a restarted trial redoes the steps after its checkpoint
+        record = self.folder.append(
             "progress", durable=False, trial=trial_id, step=step, metric=ev.metrics.get(self.sweep.metric),
             steps_per_s=ev.metrics.get("steps_per_s"), frames_per_s=ev.metrics.get("frames_per_s"),
-            metrics={k: v for k, v in ev.metrics.items() if not k.startswith("layer")}))
+            metrics=ev.metrics)
+        self.state.apply(record)
+        if ev.metrics and not redone:  # redone steps were sent again (as first logged) when the trial restarted
+            live.tracker.log_metrics(ev.metrics, step=step, timestamp=int(record["time"] * 1000))
         if ev.state is not None:
             self._save_checkpoint(live, step, ev.state, ev.picture)
         if ev.heldout:
@@ -391,7 +397,7 @@ class Driver:
                                     run_id=self.state.parent_run_id,
                                     tags=run_tags(extra={"sweep_id": self.folder.sweep_id, "pvm_dist.role": "sweep",
                                                          "mlflow.note.content": self.sweep.description or self.sweep.name}),
-                                    fallback_dir=self.folder.path / "tracking-fallback")
+                                    fallback_dir=self.folder.path / "tracking-fallback", run_key=self.folder.sweep_id)
         if not resuming:
             self.parent.log_params({"sweep": self.sweep.to_dict(), "n_trials": len(self.trials)})
             self.parent.log_dict(self.folder.definition(), "sweep.json")
@@ -418,6 +424,7 @@ class Driver:
         st.status, st.reason = status, reason
         if self.state.exploits:
             self.parent.log_dict(self.state.exploits, "pbt_lineage.json")
+        sync_paths([self.folder.path / "trials"])  # trial runs that ended while MLflow was away
         if best is not None:
             self.parent.log_metrics({f"best_{self.sweep.metric}": best["metric"]}, step=self.sweep.steps)
             self.parent.set_tags({"best_trial": best["trial_id"], "best_run_id": best.get("run_id") or ""})
@@ -453,8 +460,9 @@ def run_sweep(sweep: SweepSpec, opts: DriverOptions, sweep_id: str | None = None
     """Start a new sweep: connect, create its folder and journal, then run it."""
     trials = sweep.plan()
     connect(opts.address)
+    tracking = {"mlflow_uri": opts.mlflow_uri or default_tracking_uri(), "experiment": opts.experiment or sweep.name}
     folder = SweepFolder.create(opts.root, sweep_id or new_sweep_id(sweep.name), sweep.to_dict(),
-                                [t.to_dict() for t in trials])
+                                [t.to_dict() for t in trials], tracking)
     driver = Driver(folder, sweep, trials, opts, folder.state())
     return driver.run()
 
@@ -468,5 +476,7 @@ def resume_sweep(sweep_id: str, opts: DriverOptions) -> SweepOutcome:
     if not (driver.queue or driver.source.remaining()):
         raise SweepRunError(f"sweep {sweep_id} has no unfinished trials (it ended {state.status}); "
                             f"see pvm-dist sweep status {sweep_id}")
+    for trial_dir in (folder.path / "trials").glob("*"):  # temp files of checkpoints written when it was killed
+        checkpoint.remove_stale_temps(trial_dir)
     connect(opts.address)
     return driver.run()

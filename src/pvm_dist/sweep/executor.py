@@ -20,6 +20,7 @@ import dataclasses
 import socket
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from pvm_dist.sweep.plan import SweepSpec, Trial
@@ -28,6 +29,7 @@ from pvm_dist.sweep.worker import BackendUnavailable, TrialWorker
 
 PIPELINE_DEPTH = 2  # chunks queued on a worker ahead of the one running
 CLIENT_CONNECT_ATTEMPTS = 3
+LOCAL_HOST = "127.0.0.1"  # where a local Ray started here listens (see _loopback_node)
 
 
 class SweepRunError(RuntimeError):
@@ -328,7 +330,8 @@ def connect(address: str | None) -> None:
     for attempt in range(1, attempts + 1):
         try:
             if address is None:
-                ray.init(include_dashboard=False, **kwargs)
+                with _loopback_node():
+                    ray.init(include_dashboard=False, dashboard_host=LOCAL_HOST, _node_ip_address=LOCAL_HOST, **kwargs)
             else:
                 ray.init(address=address, **kwargs)
             return
@@ -340,6 +343,29 @@ def connect(address: str | None) -> None:
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
             said = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"  # the cause is often last
             raise SweepRunError(f"cannot connect to Ray at {where}: {type(exc).__name__}: {said}") from None
+
+
+@contextlib.contextmanager
+def _loopback_node() -> Iterator[None]:
+    """Let a local Ray keep 127.0.0.1 as its node address, so that every process it starts (GCS, raylet,
+    agents, workers, the driver's own server) listens on the loopback interface only.
+
+    Ray swaps a loopback ``_node_ip_address`` for the machine's outward address
+    (``services.resolve_ip_for_localhost``); for a one-machine Ray nothing outside needs to reach it, so
+    that swap is turned off while ``ray.init`` starts the node. Token authentication stays as Ray sets it
+    (on by default for a new local cluster unless ``RAY_AUTH_MODE=disabled``).
+    """
+    from ray._private import services
+
+    original = getattr(services, "resolve_ip_for_localhost", None)
+    if original is None:  # a Ray without the swap: nothing to undo
+        yield
+        return
+    services.resolve_ip_for_localhost = lambda host: LOCAL_HOST if services.is_localhost(host) else original(host)
+    try:
+        yield
+    finally:
+        services.resolve_ip_for_localhost = original
 
 
 def _probe(address: str, timeout_s: float = 5.0) -> None:

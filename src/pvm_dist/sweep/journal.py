@@ -13,13 +13,17 @@ A sweep lives in ``<root>/<sweep_id>/``:
 
 Replaying the journal gives the state of every trial (:class:`SweepState`): that is how
 ``pvm-dist sweep resume`` continues after the driver died, and how ``pvm-dist sweep status`` reads a
-running sweep from another terminal. A torn last line (the driver killed while writing) is skipped.
+running sweep from another terminal. Lines are checked on replay: a torn last line (the driver killed
+while writing), a line that is not UTF-8 or not JSON, or an event missing what its kind needs is skipped with
+a warning naming the line; the next append starts on a fresh line. A sweep folder without its journal is an
+error (replaying nothing would start the sweep over beside its MLflow runs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import secrets
 import time
@@ -32,9 +36,37 @@ FINAL_STATUSES = (FINISHED, STOPPED, FAILED)
 
 DEFAULT_ROOT = Path("pvm-sweeps")
 
+log = logging.getLogger(__name__)
+
+#: What each event kind needs to be applied (name: type); kinds not listed are kept and ignored.
+_NUMBER = (int, float)
+EVENT_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "sweep_started": {}, "sweep_ended": {"status": str}, "failure": {},
+    "milestone": {"trial": str, "step": int, "value": _NUMBER}, "trial_run": {"trial": str, "run_id": str},
+    "trial_started": {"trial": str, "step": int}, "progress": {"trial": str, "step": int},
+    "checkpoint": {"trial": str, "step": int}, "trial_lost": {"trial": str},
+    "trial_ended": {"trial": str, "status": str},
+}
+
 
 class SweepNotFound(FileNotFoundError):
-    """No sweep of that id under the sweeps folder (a user error)."""
+    """No sweep of that id under the sweeps folder, or its journal is gone (a user error)."""
+
+
+def event_problem(rec: Any) -> str | None:
+    """Why ``rec`` (a decoded journal line) cannot be replayed, or None when it can."""
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    kind = rec.get("event")
+    if not isinstance(kind, str):
+        return "no event kind"
+    if not isinstance(rec.get("time", 0.0), _NUMBER):
+        return "a time that is not a number"
+    for name, kind_type in EVENT_FIELDS.get(kind, {}).items():
+        value = rec.get(name)
+        if not isinstance(value, kind_type) or isinstance(value, bool):
+            return f"{kind} without a valid {name!r}"
+    return None
 
 
 def new_sweep_id(name: str) -> str:
@@ -50,6 +82,7 @@ class TrialState:
     trial_id: str
     status: str = PENDING
     step: int = 0  # last step reported
+    logged: dict[int, tuple[int, dict[str, float]]] = dataclasses.field(default_factory=dict)  # step -> (ms, metrics)
     checkpoint_step: int = 0  # step of trials/<id>/checkpoint.pvmckpt (0: none)
     run_id: str | None = None  # its nested MLflow run
     metric: float | None = None  # the sweep metric at the last report
@@ -93,7 +126,8 @@ class SweepState:
         if kind == "sweep_started":
             self.status, self.reason = RUNNING, None
             self.parent_run_id = ev.get("parent_run_id") or self.parent_run_id
-            self.mlflow_uri, self.experiment = ev.get("mlflow_uri"), ev.get("experiment")
+            self.mlflow_uri = ev.get("mlflow_uri") or self.mlflow_uri
+            self.experiment = ev.get("experiment") or self.experiment
             self.driver = {k: ev.get(k) for k in ("host", "pid")}
             self.started = self.started or now
         elif kind == "sweep_ended":
@@ -120,6 +154,7 @@ class SweepState:
             t.metrics = dict(ev.get("metrics") or {})
             t.metric = ev.get("metric")
             t.frames_per_s, t.steps_per_s = ev.get("frames_per_s"), ev.get("steps_per_s")
+            t.logged.setdefault(t.step, (int(now * 1000), t.metrics))  # the first report of a step (kept on restarts)
         elif kind == "checkpoint":
             t.checkpoint_step = int(ev["step"])
         elif kind == "trial_lost":
@@ -143,11 +178,16 @@ class SweepFolder:
         self.sweep_file = self.path / "sweep.json"
 
     @classmethod
-    def create(cls, root: Path, sweep_id: str, sweep: dict[str, Any], trials: list[dict[str, Any]]) -> SweepFolder:
+    def create(cls, root: Path, sweep_id: str, sweep: dict[str, Any], trials: list[dict[str, Any]],
+               tracking: dict[str, Any] | None = None) -> SweepFolder:
+        """A new sweep folder: ``sweep.json`` (with ``tracking``: where its MLflow runs go, known before any
+        run exists) and an empty journal."""
         folder = cls(root, sweep_id)
         folder.path.mkdir(parents=True, exist_ok=False)
-        _write_atomic(folder.sweep_file, json.dumps({"sweep_id": sweep_id, "created": time.time(),
-                                                     "sweep": sweep, "trials": trials}, indent=2) + "\n")
+        _write_atomic(folder.sweep_file, json.dumps({"sweep_id": sweep_id, "created": time.time(), "sweep": sweep,
+                                                     "trials": trials, "tracking": dict(tracking or {})},
+                                                    indent=2) + "\n")
+        folder.journal_file.touch()
         return folder
 
     @classmethod
@@ -157,6 +197,9 @@ class SweepFolder:
             known = sorted(p.parent.name for p in Path(root).glob("*/sweep.json"))
             hint = f"; sweeps there: {', '.join(known[-5:])}" if known else ""
             raise SweepNotFound(f"no sweep '{sweep_id}' under {Path(root).resolve()}{hint}")
+        if not folder.journal_file.exists():
+            raise SweepNotFound(f"sweep '{sweep_id}' has lost its journal ({folder.journal_file} is missing); "
+                                f"it cannot be resumed or shown (starting it over would duplicate its MLflow runs)")
         return folder
 
     def definition(self) -> dict[str, Any]:
@@ -172,8 +215,12 @@ class SweepFolder:
         """Append one event. Every event reaches the OS at once, so a killed driver loses none; ``durable``
         ones are also fsynced (a machine crash), which progress reports, re-sent after a resume, skip."""
         record = {"time": time.time(), "event": event, **fields}
-        line = json.dumps(record, default=_json_default) + "\n"
-        with open(self.journal_file, "a", encoding="utf-8") as f:
+        line = (json.dumps(record, default=_json_default) + "\n").encode("utf-8")
+        with open(self.journal_file, "a+b") as f:
+            if f.seek(0, os.SEEK_END) > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":  # a torn last line: end it, so it does not swallow this event
+                    line = b"\n" + line
             f.write(line)
             f.flush()
             if durable:
@@ -181,21 +228,32 @@ class SweepFolder:
         return record
 
     def events(self) -> list[dict[str, Any]]:
+        """The journal's valid events, in order; every other line skipped with a warning naming it."""
         if not self.journal_file.exists():
             return []
         out = []
-        for line in self.journal_file.read_text(encoding="utf-8").splitlines():
+        for number, raw in enumerate(self.journal_file.read_bytes().split(b"\n"), 1):
+            if not raw.strip():
+                continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(raw.decode("utf-8"))
+                problem = event_problem(rec)
+            except UnicodeDecodeError:
+                problem = "not UTF-8"
             except json.JSONDecodeError:
-                continue  # a torn last line
-            if isinstance(rec, dict):
+                problem = "not JSON (torn or damaged)"
+            if problem is None:
                 out.append(rec)
+            else:
+                log.warning("sweep journal %s line %d skipped: %s", self.journal_file, number, problem)
         return out
 
     def state(self) -> SweepState:
-        trials = self.definition()["trials"]
+        definition = self.definition()
+        trials = definition["trials"]
         state = SweepState({t["trial_id"]: TrialState(t["trial_id"]) for t in trials})
+        tracking = definition.get("tracking") or {}
+        state.mlflow_uri, state.experiment = tracking.get("mlflow_uri"), tracking.get("experiment")
         for ev in self.events():
             state.apply(ev)
         return state

@@ -148,7 +148,7 @@ class Delivery:
 
     def _failed(self, exc: BaseException) -> None:
         if self.backoff.failed():
-            self.outbox.record("outage", uri=self.sink.uri, error=short_error(exc), time=time.time())
+            self.outbox.record("outage", **self.outbox.identity, error=short_error(exc), time=time.time())
             _warn(f"MLflow tracker {self.sink.uri} unreachable (outage {self.backoff.outages}: {short_error(exc)}); "
                   f"training continues, metrics are queued in memory and written to {self.outbox.fallback_file}; "
                   f"retrying with backoff")
@@ -204,6 +204,8 @@ class Delivery:
             except Exception as e:  # noqa: BLE001
                 self._failed(e)
         if self.backoff.ok:
+            if self.outbox.fallback_file.exists():  # a spool was written: say the run is complete now
+                self.outbox.record("close", status=self._close_status, delivered=True, time=time.time())
             self.outbox.remove_empty_staging()
             return
         self.outbox.spool()

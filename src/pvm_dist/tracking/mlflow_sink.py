@@ -13,12 +13,13 @@ refused connection fails in milliseconds and a black-holed host in about 5 s.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -28,6 +29,7 @@ from pvm_dist.tracking.outbox import MetricEntry
 log = logging.getLogger(__name__)
 
 STATUSES = ("FINISHED", "KILLED", "FAILED")
+RUN_KEY_TAG = "pvm.run_key"  # names a run before its id is known: found again by this tag, never created twice
 HTTP_ENV_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 
 # MLflow's batch limits (mlflow.utils.validation).
@@ -57,6 +59,32 @@ def store_lock(uri: str) -> threading.RLock:
     talk to a store one at a time, so a SQLite file sees a single writer."""
     with _STORE_LOCKS_GUARD:
         return _STORE_LOCKS.setdefault(uri, threading.RLock())
+
+
+@contextlib.contextmanager
+def store_file_lock(uri: str) -> Iterator[None]:
+    """For a SQLite store: an exclusive lock on ``<db>.lock`` (beside it) across processes.
+
+    The first connection to a fresh SQLite file creates and migrates its schema; two processes doing it at
+    once fail (``duplicate column name``) and lose their runs. Opening a run (the first call of every
+    tracker) holds this lock, so the schema is made once and runs are found or created one at a time.
+    Where the lock file cannot be made (no folder, no ``fcntl``), it goes on unlocked.
+    """
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    try:
+        import fcntl
+
+        handle = open(uri[len("sqlite:///"):].split("?")[0] + ".lock", "a")  # noqa: SIM115 - closed below
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        handle.close()  # releases the lock
 
 
 def terminal_status(status: str) -> str:
@@ -99,11 +127,13 @@ class MlflowSink:
     """One MLflow run (created, resumed or nested) at one store; see the module docstring.
 
     ``run_id`` is the run to resume (or None) until :meth:`open_run` succeeds, then the run logged into.
-    ``tags`` are the creation tags (``mlflow.parentRunId`` among them for a nested run).
+    ``tags`` are the creation tags (``mlflow.parentRunId`` among them for a nested run). ``run_key``, when
+    given, names the run by the tag :data:`RUN_KEY_TAG`: a run of the experiment that has it is resumed
+    instead of creating another (a process killed between creating a run and recording its id).
     """
 
     def __init__(self, uri: str, experiment: str, *, run_name: str | None, run_id: str | None,
-                 tags: Mapping[str, str]) -> None:
+                 tags: Mapping[str, str], run_key: str | None = None) -> None:
         self.uri = uri
         self.experiment = experiment
         self.run_name = run_name
@@ -111,7 +141,8 @@ class MlflowSink:
         self.ready = False  # the run exists (created or resumed)
         self.lock = store_lock(uri)
         self._resume_id = run_id
-        self._create_tags = dict(tags)
+        self.run_key = run_key
+        self._create_tags = dict(tags) | ({RUN_KEY_TAG: run_key} if run_key else {})
         self._start_ms = now_ms()
         self._client: Any = None
 
@@ -125,8 +156,12 @@ class MlflowSink:
 
     def open_run(self) -> None:
         """Resume the run (or, when the store no longer knows it, start a new one tagged
-        ``pvm.resumed_from``), or create it. Raises when the tracker is away."""
-        client = self.client()
+        ``pvm.resumed_from``), or find it by its run key, or create it. Raises when the tracker is away."""
+        with store_file_lock(self.uri):
+            self._open_run(self.client())
+        self.ready = True
+
+    def _open_run(self, client: Any) -> None:
         if self._resume_id:
             try:
                 client.update_run(self._resume_id, status="RUNNING")
@@ -137,12 +172,26 @@ class MlflowSink:
                             self._resume_id, self.uri, short_error(e))
                 self._resume_id = None
                 self._create_tags["pvm.resumed_from"] = self.run_id or ""
-        if not self._resume_id:
-            experiment_id = self._experiment_id(client)
-            run = client.create_run(experiment_id, start_time=self._start_ms, tags=dict(self._create_tags),
-                                    run_name=self.run_name)
-            self.run_id = run.info.run_id
-        self.ready = True
+        if self._resume_id:
+            return
+        experiment_id = self._experiment_id(client)
+        found = self._run_by_key(client, experiment_id)
+        if found is not None:
+            client.update_run(found, status="RUNNING")
+            self.run_id = self._resume_id = found
+            return
+        run = client.create_run(experiment_id, start_time=self._start_ms, tags=dict(self._create_tags),
+                                run_name=self.run_name)
+        self.run_id = run.info.run_id
+
+    def _run_by_key(self, client: Any, experiment_id: str) -> str | None:
+        """The id of the run of ``experiment_id`` tagged with this run key (the oldest, if several)."""
+        if not self.run_key:
+            return None
+        key = self.run_key.replace("'", "")
+        runs = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'",
+                                  max_results=50, order_by=["attributes.start_time ASC"])
+        return runs[0].info.run_id if runs else None
 
     def log_items(self, what: Literal["params", "tags"], items: Sequence[tuple[str, str]]) -> list[str]:
         """Log params or tags (at most :data:`PARAMS_TAGS_PER_BATCH`); the rejected ones, described."""

@@ -65,12 +65,14 @@ class Outbox:
     Thread-safe: callers add while the delivery thread sends and acknowledges.
     """
 
-    def __init__(self, fallback_dir: Path, session: str, *, max_queue: int, run_id: str | None) -> None:
+    def __init__(self, fallback_dir: Path, session: str, *, max_queue: int, run_id: str | None,
+                 identity: Mapping[str, Any] | None = None) -> None:
         self.fallback_dir = fallback_dir
         self.fallback_file = fallback_dir / FALLBACK_FILE
         self.session = session
         self.max_queue = max_queue
         self.run_id = run_id  # written into the records; see attach_run
+        self.identity = dict(identity or {})  # where the run lives (uri, experiment, ...): in run and outage records
         self.nonfinite_skipped = 0  # metric values never queued because NaN/inf
         self.dropped = 0  # metrics rejected by the tracker as invalid, or shed from memory during a long outage
         self._journal = Journal(self.fallback_file)
@@ -207,7 +209,7 @@ class Outbox:
         with self._lock:
             self.run_id = run_id
         if (self._journal.exists() or outage) and not self._run_announced:
-            self._journal.append([{"kind": "run", "session": self.session, "run_id": run_id}])
+            self._journal.append([{"kind": "run", "session": self.session, "run_id": run_id, **self.identity}])
             self._run_announced = True
 
     def record(self, kind: str, **fields: Any) -> None:
@@ -240,14 +242,25 @@ class Outbox:
                 for what, items in changed.items():
                     self._spooled_items[what].update(items)
 
-    def replay(self, run_id: str) -> None:
-        """Re-queue what an earlier process left undelivered for run ``run_id`` in the same fallback file."""
+    def replay(self, run_id: str | None, sessions: set[str] | None = None) -> int:
+        """Re-queue what an earlier process left undelivered for run ``run_id`` (or by tracker ``sessions``,
+        whose run may never have been known) in the same fallback file; the metrics re-queued."""
         records = read_fallback(self.fallback_file)
-        metrics = pending_metrics(records, run_id)
-        arts = [r for r in records if r.get("kind") == "artifact" and r.get("run_id") == run_id
+        sessions = sessions or set()
+
+        def ours(rec: Mapping[str, Any]) -> bool:
+            return (run_id is not None and rec.get("run_id") == run_id) or rec.get("session") in sessions
+
+        metrics = [m for m in pending_metrics(records) if ours(m)]
+        arts = [r for r in records if r.get("kind") == "artifact" and ours(r)
                 and r.get("retry", True) and Path(r.get("local_path", "")).exists()]
         arts = list({r["local_path"]: r for r in arts}.values())
+        # params and tags of sessions being finished: sent again (the same values are harmless)
+        items = [("params" if r["kind"] == "param" else "tags", str(r.get("key")), str(r.get("value")))
+                 for r in records if r.get("kind") in ("param", "tag") and r.get("session") in sessions]
         with self._lock:
+            for what, key, value in items:
+                self._items[what][key] = value
             for rec in metrics:
                 self._metrics.append(MetricEntry(rec["session"], int(rec["seq"]), rec["key"], float(rec["value"]),
                                                  int(rec["timestamp"]), int(rec["step"])))
@@ -257,6 +270,7 @@ class Outbox:
         if metrics or arts:
             log.info("tracking: re-queued %d undelivered metrics and %d artifacts of run %s from %s",
                      len(metrics), len(arts), run_id, self.fallback_file)
+        return len(metrics)
 
     def remove_empty_staging(self) -> None:
         """After a clean close: remove the staging folder, and the fallback dir if we made it, when empty."""

@@ -54,6 +54,7 @@ from pvm_dist.tracking.mlflow_sink import (METRICS_PER_BATCH, STATUSES, MlflowSi
                                           terminal_status)
 from pvm_dist.tracking.normalize import clean_tags, finite_values, flatten_params, metric_items, short_error
 from pvm_dist.tracking.outbox import Items, Outbox
+from pvm_dist.tracking.owner import hold
 
 __all__ = ["FALLBACK_FILE", "STATUSES", "Tracker", "TrackingWarning", "configure_http_timeouts",
            "default_tracking_uri", "flatten_params", "pending_metrics", "read_fallback", "run_tags"]
@@ -67,7 +68,8 @@ class Tracker:
     def __init__(self, uri: str | None = None, experiment: str = "pvm-dist", *, run_name: str | None = None,
                  run_id: str | None = None, tags: Mapping[str, Any] | None = None,
                  parent_run_id: str | None = None, fallback_dir: str | os.PathLike[str] | None = None,
-                 flush_every: float = 5.0, max_queue: int = 1_000_000, replay_fallback: bool = True) -> None:
+                 flush_every: float = 5.0, max_queue: int = 1_000_000, replay_fallback: bool = True,
+                 run_key: str | None = None) -> None:
         configure_http_timeouts()
         self.uri = uri or default_tracking_uri()
         self.experiment = experiment
@@ -82,8 +84,13 @@ class Tracker:
         create_tags = clean_tags(tags or {})
         if parent_run_id:
             create_tags["mlflow.parentRunId"] = parent_run_id
-        self._outbox = Outbox(self.fallback_dir, self.session, max_queue=self.max_queue, run_id=run_id)
-        self._sink = MlflowSink(self.uri, experiment, run_name=run_name, run_id=run_id, tags=create_tags)
+        self._held = hold(self.fallback_dir.parent)  # a live tracker's spool: `pvm-dist sync` leaves it alone
+        identity = {"uri": self.uri, "experiment": experiment, "run_name": run_name, "run_key": run_key,
+                    "parent_run_id": parent_run_id}
+        self._outbox = Outbox(self.fallback_dir, self.session, max_queue=self.max_queue, run_id=run_id,
+                              identity=identity)
+        self._sink = MlflowSink(self.uri, experiment, run_name=run_name, run_id=run_id, tags=create_tags,
+                                run_key=run_key)
         if run_id and replay_fallback:
             self._outbox.replay(run_id)
         if tags and run_id:  # resuming: the run exists already, tags are logged like later ones
@@ -98,16 +105,19 @@ class Tracker:
     def start(cls, uri: str | None = None, experiment: str = "pvm-dist", *, run_name: str | None = None,
               run_id: str | None = None, tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None,
               fallback_dir: str | os.PathLike[str] | None = None, flush_every: float = 5.0,
-              max_queue: int = 1_000_000, replay_fallback: bool = True) -> Tracker:
+              max_queue: int = 1_000_000, replay_fallback: bool = True, run_key: str | None = None) -> Tracker:
         """Start (or, with ``run_id``, resume) a run in ``experiment`` at ``uri``
         (default: :func:`default_tracking_uri`).
+
+        ``run_key`` (a string unique to this run, e.g. ``<sweep id>/<trial id>``) is tagged on the run; a
+        start without ``run_id`` resumes the run that has it rather than creating a second one.
 
         ``parent_run_id`` makes it a nested run. ``fallback_dir`` (default ``./tracking_fallback``) receives
         the fallback JSONL and staged artifacts. Never raises for an unreachable tracker.
         """
         return cls(uri, experiment, run_name=run_name, run_id=run_id, tags=tags, parent_run_id=parent_run_id,
                    fallback_dir=fallback_dir, flush_every=flush_every, max_queue=max_queue,
-                   replay_fallback=replay_fallback)
+                   replay_fallback=replay_fallback, run_key=run_key)
 
     # ---- state ------------------------------------------------------------------------------------
 
@@ -175,14 +185,17 @@ class Tracker:
             return
         self._queue_items("tags", clean)
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        """Queue metrics for ``step`` (timestamped now). Non-finite values are skipped and counted.
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, timestamp: int | None = None) -> None:
+        """Queue metrics for ``step``, timestamped ``timestamp`` (ms since the epoch; default now). Non-finite
+        values are skipped and counted.
 
-        A sequence value (e.g. a per-layer error array) logs as ``key/0``, ``key/1``, ...
+        A sequence value (e.g. a per-layer error array) logs as ``key/0``, ``key/1``, ... A step logged again
+        with the same values and timestamp (a resumed run redoing steps since its checkpoint) is stored once
+        by MLflow's SQL stores, so resumes pass the timestamp the step was first logged with.
         """
         if self.closed:
             return
-        ts = now_ms()
+        ts = now_ms() if timestamp is None else int(timestamp)
         try:
             step = int(step)
             items = metric_items(metrics)
@@ -238,6 +251,14 @@ class Tracker:
             return
         atexit.unregister(self._atexit)
         self._delivery.join(timeout)
+        self._held.release()
+
+    def requeue(self, sessions: set[str]) -> int:
+        """Re-queue what the earlier tracker ``sessions`` left undelivered in this fallback dir (metrics,
+        params, tags, artifacts), for a run being finished by ``pvm-dist sync``; the metrics re-queued."""
+        n = self._outbox.replay(self.run_id, sessions)
+        self._delivery.nudge()
+        return n
 
     def _queue_items(self, what: Items, items: Mapping[str, str]) -> None:
         if self.closed or not items:

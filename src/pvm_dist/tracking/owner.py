@@ -1,0 +1,49 @@
+"""Which folders a live tracker is using, across processes: a tracker holds a shared ``flock`` on the folder
+its fallback dir sits in (a run folder, a sweep trial's folder) for as long as it is open, and the OS drops
+it when the process dies. :func:`claim` takes the same lock exclusively, so ``pvm-dist sync`` touches only
+spools nobody is writing. Where ``fcntl`` is missing (Windows) every folder counts as free."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class FolderLock:
+    """A ``flock`` held on a folder (released by :meth:`release`, or by the OS when the process ends)."""
+
+    def __init__(self, fd: int | None) -> None:
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops its lock
+            self._fd = None
+
+
+def _lock(folder: Path, exclusive: bool) -> FolderLock | None:
+    try:
+        import fcntl
+    except ImportError:
+        return FolderLock(None)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return FolderLock(None)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return FolderLock(fd)
+
+
+def hold(folder: Path) -> FolderLock:
+    """Mark ``folder`` in use by a live tracker (shared: several trackers may hold it)."""
+    return _lock(folder, exclusive=False) or FolderLock(None)
+
+
+def claim(folder: Path) -> FolderLock | None:
+    """Take ``folder`` for ourselves, or None while a live tracker (of any process) holds it."""
+    return _lock(folder, exclusive=True)
