@@ -34,7 +34,7 @@ from pvm_dist.run.config import RunConfig
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
 from pvm_dist.sweep.executor import (ChunkDone, EngineUnavailable, Event, Executor, FinalState, SweepRunError, TrialError,
-                                     TrialStarted, WorkerLost, connect)
+                                     TrialStarted, WorkerLost, cluster_resources, connect)
 from pvm_dist.sweep.journal import (
     DEFAULT_ROOT,
     FAILED,
@@ -46,12 +46,16 @@ from pvm_dist.sweep.journal import (
     SweepState,
     new_sweep_id,
 )
+from pvm_dist.sweep import pool
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
+from pvm_dist.sweep.pool import Demand
 from pvm_dist.sweep.scheduler import Action, ChunkPlan, make_scheduler
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
-NO_WORKER_TIMEOUT_S = 300.0  # pending trials but no worker could start for this long: give up
+#: Pending trials but no worker up for this long: give up. Generous: a GPU node's boot, image pull and
+#: build take minutes on a cloud autoscaler (``--worker-wait`` changes it).
+NO_WORKER_TIMEOUT_S = 1800.0
 
 __all__ = ["Driver", "DriverOptions", "SweepOutcome", "SweepRunError", "resume_sweep", "run_sweep"]
 
@@ -66,7 +70,9 @@ class DriverOptions:
     max_concurrent: int | None = None
     root: Path = DEFAULT_ROOT
     no_worker_timeout_s: float = NO_WORKER_TIMEOUT_S
+    retry_failed: bool = False  # resume: FAILED trials run again (from their last checkpoint) in their runs
     on_update: Callable[[Driver], None] | None = None  # called about every POLL_S (the live table)
+    on_notice: Callable[[str], None] | None = None  # one-line news: the pool's kind, what it waits for
 
 
 @dataclasses.dataclass
@@ -126,21 +132,22 @@ class Driver:
         self.experiment = opts.experiment or state.experiment or sweep.name
         self.parent: Tracker | None = None
         self._waiting_since: float | None = None
+        self.demand: Demand | None = None
+        self.waiting: str | None = None  # what the sweep waits for (no worker up yet), for the live table
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> SweepOutcome:
         """Run until every trial is final, the failure budget is spent, or a stop signal arrives."""
+        self._plan_pool()
         self._start_tracking()
         with stop_on_signals() as should_stop:
             try:
-                cap = self.opts.max_concurrent or self.sweep.max_concurrent
-                wanted = max(len(self.queue), 1)
-                self.executor.start_workers(min(cap, wanted) if cap else wanted)
                 while True:
                     self.interrupted = self.interrupted or should_stop()
                     if not self._busy():
                         break
                     self._assign()
+                    self._size_pool()
                     self._check_stalled()
                     for event in self.executor.poll(POLL_S):
                         self._handle(event)
@@ -171,15 +178,57 @@ class Driver:
                 return
             self._start_trial(self.queue.popleft(), index)
 
-    def _check_stalled(self) -> None:
-        """Pending trials that no worker can take for too long (every node gone): stop with a reason."""
-        if not self.queue or self.live or self.executor.workers_up():
-            self._waiting_since = None
+    def _plan_pool(self) -> None:
+        """Decide what a worker claims (:mod:`pvm_dist.sweep.pool`); say up front when the sweep runs on CPUs."""
+        cluster = self.executor.cluster_resources()
+        try:
+            self.demand = pool.decide(self.sweep.resources, cluster, local=self.opts.address is None)
+        except ValueError as exc:
+            raise SweepRunError(str(exc)) from None
+        self.executor.use(self.demand)
+        d = self.demand
+        self.folder.append("pool", gpus=d.gpus, cpus=d.cpus, limit=d.limit, asked=d.asked, cluster=cluster)
+        if not d.gpus:
+            self._notice(f"no GPU in the cluster: trials run on up to {d.limit} CPU worker(s) of {d.cpus:g} CPU; on an "
+                         f"autoscaling cluster whose GPU nodes start at 0, set resources.gpus_per_actor (or "
+                         f"trials_per_gpu) so the sweep asks for them")
+
+    def _size_pool(self) -> None:
+        """Keep one worker per trial that could run (pending actors ask the autoscaler for nodes); release
+        the rest, those not placed yet first, then idle ones."""
+        if self._stopping() or self.demand is None:
             return
-        self._waiting_since = self._waiting_since or time.monotonic()
-        if time.monotonic() - self._waiting_since > self.opts.no_worker_timeout_s:
-            self.stop_reason = (f"no worker could start for {self.opts.no_worker_timeout_s:.0f} s: the cluster has no "
-                                f"free {'GPU' if self.executor.num_gpus else 'CPU'} for a pvm-dist worker")
+        alive = self.executor.alive()
+        running = sum(1 for w in alive if w.busy)
+        want = pool.wanted(self.demand, self.opts.max_concurrent or self.sweep.max_concurrent, len(self.queue), running)
+        for _ in range(want - len(alive)):
+            self.executor.add_worker()
+        spare = sorted((w for w in alive if not w.up or w.idle), key=lambda w: w.up)  # not placed yet first
+        for w in spare[:max(len(alive) - want, 0)]:
+            self.executor.retire(w.index)
+
+    def _check_stalled(self) -> None:
+        """Pending trials and no worker up: say what the sweep waits for; after the wait, stop with a reason."""
+        if not self.queue or self.live or self.executor.workers_up():
+            self._waiting_since = self.waiting = None
+            return
+        now = time.monotonic()
+        first = self._waiting_since is None
+        self._waiting_since = self._waiting_since or now
+        what = self.demand.describe() if self.demand else "a worker"
+        self.waiting = (f"waiting for a node with {what} free for a pvm-dist worker "
+                        f"({now - self._waiting_since:.0f} s of {self.opts.no_worker_timeout_s:.0f} s"
+                        + ("; pending workers ask the autoscaler for GPU nodes)" if self.demand and self.demand.gpus
+                           else ")"))
+        if first:
+            self._notice(self.waiting)
+        if now - self._waiting_since > self.opts.no_worker_timeout_s:
+            self.stop_reason = (f"no worker could start for {self.opts.no_worker_timeout_s:.0f} s: no node of the "
+                                f"cluster had {what} free for a pvm-dist worker")
+
+    def _notice(self, line: str) -> None:
+        if self.opts.on_notice:
+            self.opts.on_notice(line)
 
     def _handle(self, event: Event) -> None:
         match event:
@@ -297,8 +346,7 @@ class Driver:
         live = self.live.pop(trial_id, None)
         ts = self.state.trials[trial_id]
         if live is not None:
-            live.tracker.set_tags({"status_reason": reason, "sweep_status": status} if reason
-                                  else {"sweep_status": status})
+            live.tracker.set_tags({"status_reason": reason or "", "sweep_status": status})
             live.tracker.close(FAILED if status == FAILED else "FINISHED")
         self.state.apply(self.folder.append("trial_ended", trial=trial_id, status=status, reason=reason, step=ts.step,
                                             metric=ts.metric))
@@ -317,9 +365,7 @@ class Driver:
                                                 step=ts.step, checkpoint_step=ts.checkpoint_step))
             if not self._stopping():
                 self.queue.appendleft(ev.trial_id)
-        self._count_failure(f"worker {ev.index} on {ev.where} lost: {ev.reason}")
-        if not self._stopping():
-            self.executor.add_worker()
+        self._count_failure(f"worker {ev.index} on {ev.where} lost: {ev.reason}")  # _size_pool replaces it
 
     def _count_failure(self, what: str) -> None:
         self.session_failures += 1
@@ -395,6 +441,10 @@ def run_sweep(sweep: SweepSpec, opts: DriverOptions, sweep_id: str | None = None
     """Start a new sweep: connect, create its folder and journal, then run it."""
     trials = sweep.plan()
     connect(opts.address)
+    try:  # GPUs asked for where none can ever come: one line before the sweep's folder exists
+        pool.decide(sweep.resources, cluster_resources(), local=opts.address is None)
+    except ValueError as exc:
+        raise SweepRunError(str(exc)) from None
     folder = SweepFolder.create(opts.root, sweep_id or new_sweep_id(sweep.name), sweep.to_dict(),
                                 [t.to_dict() for t in trials])
     driver = Driver(folder, sweep, trials, opts, folder.state())
@@ -408,9 +458,14 @@ def resume_sweep(sweep_id: str, opts: DriverOptions) -> SweepOutcome:
     sweep = load_sweep(definition["sweep"])
     trials = [Trial.from_dict(t) for t in definition["trials"]]
     state = folder.state()
-    if not state.unfinished():
-        raise SweepRunError(f"sweep {sweep_id} has no unfinished trials (it ended {state.status}); "
+    failed = [t for t, s in state.trials.items() if s.status == FAILED]
+    if not state.unfinished() and not (opts.retry_failed and failed):
+        more = f"; {len(failed)} failed: rerun them with --retry-failed" if failed else ""
+        raise SweepRunError(f"sweep {sweep_id} has no unfinished trials (it ended {state.status}{more}); "
                             f"see pvm-dist sweep status {sweep_id}")
     connect(opts.address)
+    if opts.retry_failed:
+        for trial_id in failed:
+            state.apply(folder.append("trial_retry", trial=trial_id, after=state.trials[trial_id].reason))
     driver = Driver(folder, sweep, trials, opts, state)
     return driver.run()

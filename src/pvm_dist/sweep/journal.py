@@ -116,6 +116,8 @@ class SweepState:
         elif kind == "trial_lost":
             t.status, t.reason = PENDING, ev.get("reason")
             t.step = t.checkpoint_step
+        elif kind == "trial_retry":  # sweep resume --retry-failed: a FAILED trial runs again
+            t.status, t.reason, t.step = PENDING, None, t.checkpoint_step
         elif kind == "trial_ended":
             t.status, t.reason = ev["status"], ev.get("reason")
             t.step = int(ev.get("step", t.step))

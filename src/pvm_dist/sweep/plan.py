@@ -36,7 +36,7 @@ RUN_KEYS = ("steps", "checkpoint_every", "metrics_every", "picture_every", "n_se
             "device", "readout", "readout_from", "readout_lr", "heldout", "heldout_steps", "animation_frames")
 TOP_KEYS = ("name", "description", "spec", "vary", "samples", "seed", "overrides", "metric", "mode", *RUN_KEYS,
             "resources", "max_failures", "max_concurrent", "early_stopping")
-_RESOURCE_KEYS = ("gpus_per_actor", "cpus_per_actor", "cpu_workers")
+_RESOURCE_KEYS = ("gpus_per_actor", "trials_per_gpu", "cpus_per_actor", "cpu_workers")
 _EARLY_STOPPING_KEYS = ("type", "grace_steps", "reduction_factor")
 _SIGNIFICANT_DIGITS = 6
 
@@ -85,11 +85,21 @@ class Distribution:
 
 @dataclasses.dataclass(frozen=True)
 class Resources:
-    """What one worker actor claims; ``cpu_workers`` sizes a GPU-less cluster (None: decided at run time)."""
+    """What one worker actor claims (one worker runs one trial at a time).
 
-    gpus_per_actor: float = 1.0
+    ``gpus_per_actor`` (or ``trials_per_gpu``, its inverse) given: the sweep asks for GPUs and never runs on
+    CPU workers; neither given: GPU workers where the cluster has GPUs when the sweep starts, else CPU
+    workers. ``cpu_workers`` sizes a GPU-less pool (None: the cluster's CPUs / ``cpus_per_actor``).
+    """
+
+    gpus_per_actor: float | None = None
     cpus_per_actor: float = 1.0
     cpu_workers: int | None = None
+
+    @property
+    def wants_gpu(self) -> bool:
+        """Whether the sweep file asked for GPUs (then a GPU-less pool is an error, not a fallback)."""
+        return self.gpus_per_actor is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -556,8 +566,19 @@ def _resources(c: _Checker, raw: Any) -> Resources:
         c.add("resources", f"must be a mapping ({', '.join(_RESOURCE_KEYS)}), got {raw!r}")
         return Resources()
     c.known_keys("resources.", raw, _RESOURCE_KEYS)
+    gpus = raw.get("gpus_per_actor")
+    if gpus is not None:
+        gpus = c.positive_number("resources.gpus_per_actor", gpus)
+        if gpus is not None and gpus > 1 and gpus != int(gpus):
+            c.add("resources.gpus_per_actor", f"above 1 must be a whole number of GPUs, got {gpus:g}")
+    if raw.get("trials_per_gpu") is not None:
+        per_gpu = c.integer("resources.trials_per_gpu", raw["trials_per_gpu"], 1)
+        if "gpus_per_actor" in raw:
+            c.add("resources.trials_per_gpu", "give either trials_per_gpu or gpus_per_actor, not both")
+        elif per_gpu is not None:
+            gpus = 1.0 / per_gpu
     return Resources(
-        gpus_per_actor=c.positive_number("resources.gpus_per_actor", raw.get("gpus_per_actor", 1.0)),
+        gpus_per_actor=gpus,
         cpus_per_actor=c.positive_number("resources.cpus_per_actor", raw.get("cpus_per_actor", 1.0)),
         cpu_workers=c.optional_integer("resources.cpu_workers", raw.get("cpu_workers"), 1),
     )

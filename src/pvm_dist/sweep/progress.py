@@ -12,6 +12,7 @@ from typing import Any
 
 from pvm_dist.sweep.journal import FINAL_STATUSES, RUNNING, SweepState
 
+FAILED_SHOWN = 5  # failed trials whose reasons the table's caption shows
 STATUS_STYLE = {"RUNNING": "cyan", "FINISHED": "green", "STOPPED": "yellow", "FAILED": "red", "PENDING": "dim"}
 
 
@@ -48,8 +49,9 @@ def summary(state: SweepState, trials: list[dict[str, Any]], steps: int, metric:
             "driver": state.driver, "trials": rows(state, trials, steps)}
 
 
-def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str, title: str) -> Any:
-    """A rich Table of the trials, with the overall ETA in its caption."""
+def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str, title: str,
+          waiting: str | None = None) -> Any:
+    """A rich Table of the trials; its caption: the overall ETA, why trials failed, what the sweep waits for."""
     from rich.table import Table
 
     varied_keys: list[str] = []
@@ -66,8 +68,15 @@ def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: s
                     f"{r['step']:,}/{steps:,}", _fmt(r["frames_per_s"], ",.0f"), _fmt(r["metric"], ".4g"),
                     _duration(r["eta_s"]), r["where"])
     done = sum(1 for t in state.trials.values() if t.status in FINAL_STATUSES)
-    tab.caption = (f"{done}/{len(trials)} trials done · failures {state.failures} · "
-                   f"overall ETA {_duration(overall_eta(state, steps))}")
+    lines = [f"{done}/{len(trials)} trials done · failures {state.failures} · "
+             f"overall ETA {_duration(overall_eta(state, steps))}"]
+    failed = [t for t in state.trials.values() if t.status == "FAILED"]
+    lines += [f"[red]{t.trial_id} failed[/red]: {t.reason}" for t in failed[:FAILED_SHOWN]]
+    if len(failed) > FAILED_SHOWN:
+        lines.append(f"and {len(failed) - FAILED_SHOWN} more failed (pvm-dist sweep status --json)")
+    if waiting:
+        lines.append(f"[yellow]{waiting}[/yellow]")
+    tab.caption = "\n".join(lines)
     return tab
 
 
