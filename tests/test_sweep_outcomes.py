@@ -124,3 +124,16 @@ def test_pool_demand_gpu_asked_never_falls_back_to_cpu():
     assert pool.wanted(cpu, None, pending=9, running=1) == 4 and pool.wanted(cpu, 2, 9, 1) == 2
     assert pool.wanted(pool.decide(asked, {}, local=False), None, pending=3, running=1) == 4
     assert load_sweep({"spec": "tiny", "steps": 10, "resources": {"trials_per_gpu": 4}}).resources.gpus_per_actor == 0.25
+
+
+def test_a_trial_larger_than_its_share_of_the_gpu_is_refused_before_it_starts():
+    from pvm_dist.model.spec import load_spec
+    from pvm_dist.model.topology import build_topology
+
+    small = pool.trial_device_bytes(build_topology(load_spec("small")), n_seq=1)
+    large = pool.trial_device_bytes(build_topology(load_spec("LARGE")), n_seq=1)
+    assert small < large and large > 8 * build_topology(load_spec("LARGE")).n_weights
+    h200 = 141 * 10**9
+    assert pool.memory_problem(small, h200, 1 / 8) is None
+    problem = pool.memory_problem(large, 2 * 2**30, 1 / 4)
+    assert problem.startswith("the trial needs about") and "its share of the GPU is 0.50 GiB (0.25 of 2.0 GiB)" in problem

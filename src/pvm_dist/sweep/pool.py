@@ -15,9 +15,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from pvm_dist.model.topology import Topology
 from pvm_dist.sweep.plan import Resources
 
-__all__ = ["Demand", "decide", "wanted"]
+__all__ = ["Demand", "decide", "memory_problem", "trial_device_bytes", "wanted"]
+
+#: A process's CUDA context and the engine's workspace, beside the model's own arrays (measured: ~0.3-0.5 GB).
+CONTEXT_BYTES = 512 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,3 +65,19 @@ def wanted(demand: Demand, cap: int | None, pending: int, running: int) -> int:
         if limit is not None:
             n = min(n, limit)
     return n
+
+
+def trial_device_bytes(topology: Topology, n_seq: int) -> int:
+    """Device memory one trial takes: weights and momentum (fp32), n_seq sequences' activations, the context."""
+    return 8 * topology.n_weights + n_seq * topology.activation_bytes_per_step + CONTEXT_BYTES
+
+
+def memory_problem(need: int, device_total: int, share: float) -> str | None:
+    """Why a trial needing ``need`` bytes cannot start on its ``share`` of a device of ``device_total`` bytes
+    (several trials per GPU each get 1/k of it), or None when it fits."""
+    have = int(device_total * min(share, 1.0))
+    if need <= have:
+        return None
+    return (f"the trial needs about {need / 2**30:.2f} GiB of device memory but its share of the GPU is "
+            f"{have / 2**30:.2f} GiB ({share:g} of {device_total / 2**30:.1f} GiB); lower resources.trials_per_gpu "
+            f"or n_seq")

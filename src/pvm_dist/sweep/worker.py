@@ -1,6 +1,7 @@
 """The trial worker: a Ray actor that owns one GPU (or some CPUs) and runs trials on it in chunks.
 
-The driver creates one per GPU with ``num_gpus=1``. A trial is a :class:`~pvm_dist.run.session.Session`
+The driver creates one per GPU with ``num_gpus=1`` (or 1/k with ``trials_per_gpu: k``; a trial that does
+not fit its share of the device fails before it allocates). A trial is a :class:`~pvm_dist.run.session.Session`
 built from the trial's :class:`~pvm_dist.run.config.RunConfig`, so it gets everything a local run has:
 metrics against the baseline, readout training on labelled data, pictures, the animation and the
 held-out score. The worker keeps its data sources (decoded frames, the synthetic generators) between
@@ -28,14 +29,21 @@ import cv2
 
 from pvm_dist.data import FrameSource, make_source
 from pvm_dist.engine import build_engine
+from pvm_dist.engine.native import build_info
 from pvm_dist.model.spec import load_spec
+from pvm_dist.model.topology import build_topology
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.evaluate import score_heldout
 from pvm_dist.run.session import Session
 from pvm_dist.run.state import RunState
+from pvm_dist.sweep.pool import memory_problem, trial_device_bytes
 
 #: Data sources a worker keeps between trials (least recently used dropped first).
 SOURCES_KEPT = 4
+
+
+class TrialTooLarge(RuntimeError):
+    """The trial does not fit its share of the GPU (several trials per GPU): it fails before allocating."""
 
 
 class BackendUnavailable(RuntimeError):
@@ -81,6 +89,7 @@ class TrialWorker:
         warm = self.trials_started > 0
         self._session = None  # free the previous trial's device memory before allocating the next
         cfg = RunConfig.from_dict(config)
+        _check_device_memory(cfg)
         run_state = RunState.from_dict(state) if state is not None else None
         session = Session(cfg, run_state, source=self._source(cfg))
         self._session, self._trial_id = session, trial_id
@@ -128,3 +137,20 @@ class TrialWorker:
         while len(self._sources) > SOURCES_KEPT:
             self._sources.popitem(last=False)
         return source
+
+
+def _check_device_memory(cfg: RunConfig) -> None:
+    """On a GPU, check the trial's memory against this actor's share of the device before it allocates."""
+    import ray
+
+    if cfg.backend == "reference" or (cfg.device or "cuda").startswith("cpu"):
+        return
+    devices = build_info().get("devices") or []
+    index = int(cfg.device.split(":")[1]) if cfg.device and ":" in cfg.device else 0
+    if index >= len(devices):
+        return  # no GPU visible: the engine runs on the CPU
+    share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 1.0)) or 1.0
+    need = trial_device_bytes(build_topology(cfg.spec), cfg.n_seq)
+    problem = memory_problem(need, int(devices[index]["total_memory_bytes"]), share)
+    if problem:
+        raise TrialTooLarge(problem)
