@@ -6,8 +6,9 @@
   workers the next pending trial and acts on each event;
 - it writes every event to the sweep journal (:mod:`pvm_dist.sweep.journal`) before acting on it, so a
   killed driver loses nothing that ``pvm-dist sweep resume`` cannot continue;
-- it keeps each trial's latest checkpoint in the sweep folder (the state comes back from the worker
-  through Ray's object store) and logs it, its metrics and pictures to the trial's nested MLflow run;
+- it keeps each trial's checkpoints in the sweep folder (the state comes back from the worker through
+  Ray's object store; :mod:`pvm_dist.sweep.checkpoints` writes it on a thread, the last few and the best,
+  one copy each) and logs metrics, pictures and the checkpoint's path to the trial's nested MLflow run;
   the driver is the only MLflow writer, and its trackers write one at a time (one SQLite writer);
 - a lost worker's trial goes back to the queue, to continue from its last checkpoint on a replacement
   worker; a failing trial (it diverged) fails with its reason; every failure counts against the
@@ -22,6 +23,7 @@ import dataclasses
 import math
 import os
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -47,6 +49,7 @@ from pvm_dist.sweep.journal import (
     new_sweep_id,
 )
 from pvm_dist.sweep import pool
+from pvm_dist.sweep.checkpoints import BEST, CheckpointStore
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
 from pvm_dist.sweep.pool import Demand
 from pvm_dist.sweep.scheduler import Action, ChunkPlan, make_scheduler
@@ -91,6 +94,9 @@ class SweepOutcome:
     frames_per_s: float  # aggregate: frames / time from the first trial's start to the end
     warm_start_s: float | None  # mean trial start cost on a worker that had run a trial before
     workers: list[dict[str, Any]]
+    longest_block_s: float = 0.0  # the scheduling loop's longest stretch of work between waits for results,
+    longest_run_open_s: float = 0.0  # besides opening trials' MLflow runs, which still happens on the loop
+    checkpoints_dropped: int = 0  # superseded by a newer state of the trial before they were written
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -134,6 +140,12 @@ class Driver:
         self._waiting_since: float | None = None
         self.demand: Demand | None = None
         self.waiting: str | None = None  # what the sweep waits for (no worker up yet), for the live table
+        best = {t: (s.best_step, s.best_metric) for t, s in state.trials.items() if s.best_metric is not None}
+        self.checkpoints = CheckpointStore(folder.trial_dir, sweep.run.keep_checkpoints, sweep.better, best)
+        self._closing: dict[str, threading.Thread] = {}  # trial -> its run being closed
+        self.longest_block_s = 0.0  # the loop's longest stretch of work between waits for results ...
+        self.longest_run_open_s = 0.0  # ... besides opening trials' MLflow runs (a store round trip each)
+        self._run_open_s = 0.0
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> SweepOutcome:
@@ -143,16 +155,24 @@ class Driver:
         with stop_on_signals() as should_stop:
             try:
                 while True:
+                    t0 = time.perf_counter()
                     self.interrupted = self.interrupted or should_stop()
                     if not self._busy():
                         break
+                    self._journal_checkpoints()
                     self._assign()
                     self._size_pool()
                     self._check_stalled()
-                    for event in self.executor.poll(POLL_S):
+                    t1 = time.perf_counter()
+                    events = self.executor.poll(POLL_S)
+                    t2, self._run_open_s = time.perf_counter(), 0.0
+                    for event in events:
                         self._handle(event)
                     if self.opts.on_update:
                         self.opts.on_update(self)
+                    self.longest_run_open_s = max(self.longest_run_open_s, self._run_open_s)
+                    self.longest_block_s = max(self.longest_block_s, t1 - t0,
+                                               time.perf_counter() - t2 - self._run_open_s)
             finally:
                 self._shutdown()
         return self._outcome()
@@ -248,6 +268,8 @@ class Driver:
     # ---- trial events -----------------------------------------------------------------------------
     def _start_trial(self, trial_id: str, worker: int) -> None:
         state = None
+        self.checkpoints.wait(trial_id)  # a lost trial's last checkpoint may still be on its way to disk
+        self._journal_checkpoints()
         if self.state.trials[trial_id].checkpoint_step:
             try:
                 state = run_state.load(self.folder.checkpoint_file(trial_id))[0].to_dict()
@@ -261,9 +283,14 @@ class Driver:
         trial, ts, w = self.trials[ev.trial_id], self.state.trials[ev.trial_id], ev.worker
         where = {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id, "node": w.node, "worker_host": w.host,
                  "gpu": w.gpu}
+        t0 = time.perf_counter()
+        closing = self._closing.pop(trial.trial_id, None)
+        if closing is not None:  # reopened after a loss: its last session ends first (rare; blocks briefly)
+            closing.join()
         tracker = Tracker.start(self.mlflow_uri, self.experiment, run_name=trial.trial_id, run_id=ts.run_id,
                                 parent_run_id=self.parent.run_id, tags=run_tags(ev.backend, ev.device, where),
                                 fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback")
+        self._run_open_s += time.perf_counter() - t0  # one round trip to the tracking store, on the loop
         config = self.sweep.trial_config(trial)
         if ts.run_id is None:
             tracker.log_params(self._trial_params(trial, config))
@@ -272,6 +299,8 @@ class Driver:
                 ts.run_id = tracker.run_id
         else:
             tracker.set_tags(where)
+        tracker.set_tags({"checkpoint": str(self.folder.checkpoint_file(trial.trial_id)),  # the file, not a copy
+                          "checkpoint_best": str(self.folder.trial_dir(trial.trial_id) / BEST)})
         self.state.apply(self.folder.append(
             "trial_started", trial=trial.trial_id, step=ev.step, node=w.node, host=w.host, gpu=w.gpu, actor=w.actor,
             pid=w.pid, start_cost_s=ev.start_cost_s, warm=ev.warm, round_trip_s=ev.round_trip_s, device=ev.device))
@@ -295,7 +324,7 @@ class Driver:
             steps_per_s=ev.metrics.get("steps_per_s"), frames_per_s=ev.metrics.get("frames_per_s"),
             metrics={k: v for k, v in ev.metrics.items() if not k.startswith("layer")}))
         if ev.state is not None:
-            self._save_checkpoint(live, step, ev.state, ev.picture)
+            self._save_checkpoint(live, step, ev.state, ev.picture, ev.metrics.get(self.sweep.metric))
         if ev.heldout:
             live.tracker.log_metrics(ev.heldout, step=step)
         if ev.gif:
@@ -316,23 +345,38 @@ class Driver:
         live = self.live.pop(ev.trial_id)
         if ev.step > self.state.trials[ev.trial_id].checkpoint_step:
             self._save_checkpoint(live, ev.step, ev.state, None)
-        live.tracker.close("KILLED")
+        self._close_run(live, "KILLED")
         self.state.apply(self.folder.append("trial_lost", trial=ev.trial_id, reason="sweep stopped"))
         self.executor.release(ev.trial_id)
 
-    def _save_checkpoint(self, live: _Live, step: int, state: dict[str, Any], picture: bytes | None) -> None:
-        """Write the trial's checkpoint (with its run configuration and MLflow run), journal it, log it and the picture."""
+    def _save_checkpoint(self, live: _Live, step: int, state: dict[str, Any], picture: bytes | None,
+                         metric: float | None = None) -> None:
+        """Hand the trial's checkpoint (with its run configuration and MLflow run) to the writer thread, which
+        journals nothing: :meth:`_journal_checkpoints` does once it is on disk. Keep and log the picture."""
         trial = live.trial
-        path = self.folder.checkpoint_file(trial.trial_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
         ts = self.state.trials[trial.trial_id]
         config = live.config.replace(track=True, mlflow_uri=self.mlflow_uri, experiment=self.experiment, run_id=ts.run_id)
-        run_state.save(path, RunState(state["engine"], state["readout"], config),
-                       {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id})
-        self.state.apply(self.folder.append("checkpoint", trial=trial.trial_id, step=step, path=str(path)))
-        live.tracker.log_artifact(path, "checkpoints")
+        self.checkpoints.submit(trial.trial_id, step, RunState(state["engine"], state["readout"], config),
+                                {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id}, metric)
         if picture:
             self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
+
+    def _close_run(self, live: _Live, status: str) -> None:
+        """End the trial's MLflow run on a thread: delivering its last metrics to a slow server takes seconds
+        that the scheduling loop must not wait for (joined when the sweep ends)."""
+        thread = threading.Thread(target=live.tracker.close, args=(status,), name=f"pvm-close-{live.trial.trial_id}")
+        thread.start()
+        self._closing[live.trial.trial_id] = thread
+
+    def _journal_checkpoints(self) -> None:
+        """Journal the checkpoints the writer thread has finished (the journal names only complete files)."""
+        for w in self.checkpoints.take_written():
+            if w.error:
+                self.folder.append("checkpoint_failed", trial=w.trial_id, step=w.step, reason=w.error)
+                self._notice(f"trial {w.trial_id}: checkpoint at step {w.step:,} not written: {w.error}")
+                continue
+            self.state.apply(self.folder.append("checkpoint", trial=w.trial_id, step=w.step, path=str(w.path),
+                                                best=w.best, metric=w.metric, seconds=round(w.seconds, 3)))
 
     def _keep_artifact(self, live: _Live, name: str, data: bytes, artifact_path: str | None) -> None:
         """A file the worker sent, kept in the trial's folder and logged to its run."""
@@ -347,7 +391,7 @@ class Driver:
         ts = self.state.trials[trial_id]
         if live is not None:
             live.tracker.set_tags({"status_reason": reason or "", "sweep_status": status})
-            live.tracker.close(FAILED if status == FAILED else "FINISHED")
+            self._close_run(live, FAILED if status == FAILED else "FINISHED")
         self.state.apply(self.folder.append("trial_ended", trial=trial_id, status=status, reason=reason, step=ts.step,
                                             metric=ts.metric))
         self.executor.release(trial_id)
@@ -357,9 +401,11 @@ class Driver:
     def _on_worker_lost(self, ev: WorkerLost) -> None:
         """A worker died (process killed, node gone): its trial goes back to the queue; start a replacement."""
         if ev.trial_id is not None:
+            self.checkpoints.wait(ev.trial_id)  # rare: the journal then names the checkpoint it continues from
+            self._journal_checkpoints()
             live = self.live.pop(ev.trial_id, None)
             if live is not None:
-                live.tracker.close("KILLED")  # reopened (same run) when the trial continues
+                self._close_run(live, "KILLED")  # reopened (same run) when the trial continues
             ts = self.state.trials[ev.trial_id]
             self.state.apply(self.folder.append("trial_lost", trial=ev.trial_id, reason=f"worker lost: {ev.reason}",
                                                 step=ts.step, checkpoint_step=ts.checkpoint_step))
@@ -390,9 +436,13 @@ class Driver:
         self.state.parent_run_id = self.parent.run_id
 
     def _shutdown(self) -> None:
+        self.checkpoints.close()  # every state handed over is on disk and journaled before the sweep ends
+        self._journal_checkpoints()
         for live in self.live.values():  # an unexpected error: close what is open
-            live.tracker.close("KILLED")
+            self._close_run(live, "KILLED")
         self.live.clear()
+        for thread in self._closing.values():
+            thread.join()
         self.executor.shutdown()
 
     def _outcome(self) -> SweepOutcome:
@@ -418,7 +468,8 @@ class Driver:
             trials=[self.trial_row(t) for t in self.trials], parent_run_id=self.parent.run_id,
             mlflow_uri=self.mlflow_uri, experiment=self.experiment, seconds=seconds, frames=self.frames,
             frames_per_s=self.frames / training_s if training_s > 0 else 0.0,
-            warm_start_s=sum(warm) / len(warm) if warm else None, workers=self.executor.summary())
+            warm_start_s=sum(warm) / len(warm) if warm else None, workers=self.executor.summary(),
+            longest_block_s=self.longest_block_s, longest_run_open_s=self.longest_run_open_s, checkpoints_dropped=self.checkpoints.dropped)
 
     def best(self) -> dict[str, Any] | None:
         done = [t for t in self.state.trials.values() if t.status == FINISHED and t.metric is not None

@@ -4,8 +4,9 @@ A sweep lives in ``<root>/<sweep_id>/``:
 
 - ``sweep.json``: the sweep file as loaded (``SweepSpec.to_dict()``) and its trial plan, written once;
 - ``journal.jsonl``: one JSON event per line, appended (and flushed to disk) by the driver, its only writer;
-- ``trials/<trial_id>/checkpoint.pvmckpt``: each trial's latest checkpoint (atomic replace), and
-  ``trials/<trial_id>/pictures/``.
+- ``trials/<trial_id>/checkpoints/step_*.pvmckpt``: each trial's last few checkpoints and its best;
+  ``checkpoint.pvmckpt`` (the latest) and ``best.pvmckpt`` are hard links to two of them
+  (:mod:`pvm_dist.sweep.checkpoints`); ``trials/<trial_id>/pictures/``.
 
 Replaying the journal gives the state of every trial (:class:`SweepState`): that is how
 ``pvm-dist sweep resume`` continues after the driver died, and how ``pvm-dist sweep status`` reads a
@@ -47,6 +48,8 @@ class TrialState:
     status: str = PENDING
     step: int = 0  # last step reported
     checkpoint_step: int = 0  # step of trials/<id>/checkpoint.pvmckpt (0: none)
+    best_step: int = 0  # step of trials/<id>/best.pvmckpt, the best checkpoint by the sweep metric
+    best_metric: float | None = None
     run_id: str | None = None  # its nested MLflow run
     metric: float | None = None  # the sweep metric at the last report
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -113,6 +116,8 @@ class SweepState:
             t.frames_per_s, t.steps_per_s = ev.get("frames_per_s"), ev.get("steps_per_s")
         elif kind == "checkpoint":
             t.checkpoint_step = int(ev["step"])
+            if ev.get("best"):
+                t.best_step, t.best_metric = int(ev["step"]), ev.get("metric")
         elif kind == "trial_lost":
             t.status, t.reason = PENDING, ev.get("reason")
             t.step = t.checkpoint_step

@@ -32,7 +32,7 @@ DEFAULT_METRIC = "ratio_two_step"
 RANDOM_KINDS = ("uniform", "loguniform", "randint", "choice")
 SEED_PARAM = "seed"
 #: Run settings a sweep file may give (every trial's RunConfig; pvm_dist.run.config has their meaning).
-RUN_KEYS = ("steps", "checkpoint_every", "metrics_every", "picture_every", "n_seq", "data", "data_path", "backend",
+RUN_KEYS = ("steps", "checkpoint_every", "keep_checkpoints", "metrics_every", "picture_every", "n_seq", "data", "data_path", "backend",
             "device", "readout", "readout_from", "readout_lr", "heldout", "heldout_steps", "animation_frames")
 TOP_KEYS = ("name", "description", "spec", "vary", "samples", "seed", "overrides", "metric", "mode", *RUN_KEYS,
             "resources", "max_failures", "max_concurrent", "early_stopping")
@@ -374,9 +374,9 @@ def _run_config(c: _Checker, raw: Mapping[str, Any], bases: Mapping[str, Spec], 
                 checkpoint_every: int | None, metrics_every: int | None) -> RunConfig | None:
     """The run settings every trial shares; RunConfig's defaults for what the file leaves out."""
     values: dict[str, Any] = {"steps": steps, "checkpoint_every": checkpoint_every, "metrics_every": metrics_every}
-    for key in ("n_seq", "picture_every", "readout_from", "heldout_steps", "animation_frames"):
+    for key in ("n_seq", "keep_checkpoints", "picture_every", "readout_from", "heldout_steps", "animation_frames"):
         if key in raw:
-            values[key] = c.integer(key, raw[key], 1 if key == "n_seq" else 0)
+            values[key] = c.integer(key, raw[key], 1 if key in ("n_seq", "keep_checkpoints") else 0)
     for key in ("data", "data_path", "heldout", "device"):
         if raw.get(key) is not None:
             values[key] = c.text(key, raw[key])
