@@ -162,12 +162,12 @@ def test_checkpoints_are_kept_once_on_disk_and_a_slow_store_does_not_block_the_l
 
     monkeypatch.setattr(store_module.run_state, "save", slow_save)
     monkeypatch.setattr(MlflowSink, "log_metrics", slow_log)
-    monkeypatch.chdir(tmp_path)  # where a default MLflow artifact store would go
     d = make_driver(tmp_path, mlflow_uri, vary={"seed": [1, 2]}, steps=1000, checkpoint_every=100, keep_checkpoints=2)
     out = d.run()
     assert out.status == "FINISHED" and out.longest_block_s < 0.1, out.longest_block_s
     assert out.checkpoints_dropped > 0  # states arriving faster than the disk takes them: the older ones dropped
-    files = [p for p in tmp_path.rglob("*.pvmckpt")]
+    artifacts = Path(mlflow_uri.removeprefix("sqlite:///")).parent / "mlartifacts" / d.experiment  # MLflow's store
+    files = [*tmp_path.rglob("*.pvmckpt"), *artifacts.rglob("*.pvmckpt")]
     inodes = {p.stat().st_ino for p in files}
     for trial in ("t000", "t001"):
         folder = d.folder.trial_dir(trial)
@@ -176,9 +176,11 @@ def test_checkpoints_are_kept_once_on_disk_and_a_slow_store_does_not_block_the_l
         assert checkpoint_step(folder / "checkpoint.pvmckpt") == 1000  # what a resume reads: the final state
         assert (folder / "checkpoint.pvmckpt").samefile(folder / "checkpoints" / steps[-1])
         assert (folder / "best.pvmckpt").samefile(folder / "checkpoints" / steps[0])  # constant metric: the first
-    # Every .pvmckpt anywhere (MLflow's artifact store included) is one of the sweep's files: no second copy.
-    assert len(inodes) == len({p.stat().st_ino for p in files if "checkpoints" in p.parts})
-    assert all(d.folder.path in p.parents for p in files)
+    # Every .pvmckpt anywhere is one of the sweep's files: MLflow's local artifact store holds each trial's
+    # final checkpoint as a link to it, not a copy.
+    assert inodes == {p.stat().st_ino for p in files if d.folder.path in p.parents}
+    published = [p for p in files if d.folder.path not in p.parents]
+    assert len(published) == 2 and all(p.parent.name == "checkpoints" and artifacts in p.parents for p in published)
     assert d.state.trials["t000"].checkpoint_step == 1000 and d.state.trials["t000"].best_metric == 1.0
 
 

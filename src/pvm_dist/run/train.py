@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from pvm_dist.run.evaluate import score_heldout
 from pvm_dist.run.session import Session
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
+from pvm_dist.tracking.keep_once import keep_once
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
@@ -86,21 +86,13 @@ class _RunFolder:
         return path
 
     def save_checkpoint(self, state: RunState) -> Path:
-        """Write atomically, then keep the newest few plus every ``keep_every``-th."""
+        """Write atomically, then keep the newest few plus every ``keep_every``-th. MLflow gets only the
+        run's last checkpoint, at the end, once (:func:`~pvm_dist.tracking.keep_once.keep_once`)."""
         cfg = state.run
         path = run_state.save(checkpoint_path(self.path, state.step), state)
         for old in sorted((self.path / "checkpoints").glob(f"step_*{CHECKPOINT_SUFFIX}"))[: -cfg.keep_checkpoints]:
             if not (cfg.keep_every and int(old.stem.split("_")[1]) % cfg.keep_every == 0):
                 old.unlink(missing_ok=True)
-        if self.tracker is not None:  # MLflow keeps the latest under one name, replaced each time
-            latest = self.path / "tracking-latest" / f"latest{CHECKPOINT_SUFFIX}"
-            latest.parent.mkdir(exist_ok=True)
-            latest.unlink(missing_ok=True)
-            try:
-                latest.hardlink_to(path)
-            except OSError:
-                shutil.copyfile(path, latest)
-            self.tracker.log_artifact(latest, "checkpoints")
         return path
 
 
@@ -169,8 +161,8 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
             animation = session.animation.save(run_dir / "prediction.gif")
             if tracker is not None:
                 tracker.log_artifact(animation)
-        if tracker is not None:
-            tracker.log_artifact(last_ck, "checkpoints")
+        if tracker is not None:  # a hard link where MLflow's store is a local folder: one copy on disk
+            keep_once(tracker, last_ck, "checkpoints")
         if not interrupted:
             heldout = score_heldout(final, session.engine.backend)
             if heldout and tracker is not None:

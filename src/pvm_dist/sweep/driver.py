@@ -53,6 +53,7 @@ from pvm_dist.sweep.checkpoints import BEST, CheckpointStore
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
 from pvm_dist.sweep.pool import Demand
 from pvm_dist.sweep.scheduler import Action, ChunkPlan, make_scheduler
+from pvm_dist.tracking.keep_once import keep_once
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
@@ -361,12 +362,20 @@ class Driver:
         if picture:
             self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
 
-    def _close_run(self, live: _Live, status: str) -> None:
+    def _close_run(self, live: _Live, status: str, publish: bool = False) -> None:
         """End the trial's MLflow run on a thread: delivering its last metrics to a slow server takes seconds
-        that the scheduling loop must not wait for (joined when the sweep ends)."""
-        thread = threading.Thread(target=live.tracker.close, args=(status,), name=f"pvm-close-{live.trial.trial_id}")
+        that the scheduling loop must not wait for (joined when the sweep ends). ``publish``: first put the
+        trial's final checkpoint among the run's artifacts, once (a hard link where the store is local)."""
+        trial_id, tracker = live.trial.trial_id, live.tracker
+
+        def close() -> None:
+            if publish and self.checkpoints.wait(trial_id) and self.folder.checkpoint_file(trial_id).exists():
+                keep_once(tracker, self.folder.checkpoint_file(trial_id), "checkpoints")
+            tracker.close(status)
+
+        thread = threading.Thread(target=close, name=f"pvm-close-{trial_id}")
         thread.start()
-        self._closing[live.trial.trial_id] = thread
+        self._closing[trial_id] = thread
 
     def _journal_checkpoints(self) -> None:
         """Journal the checkpoints the writer thread has finished (the journal names only complete files)."""
@@ -391,7 +400,7 @@ class Driver:
         ts = self.state.trials[trial_id]
         if live is not None:
             live.tracker.set_tags({"status_reason": reason or "", "sweep_status": status})
-            self._close_run(live, FAILED if status == FAILED else "FINISHED")
+            self._close_run(live, FAILED if status == FAILED else "FINISHED", publish=status != FAILED)
         self.state.apply(self.folder.append("trial_ended", trial=trial_id, status=status, reason=reason, step=ts.step,
                                             metric=ts.metric))
         self.executor.release(trial_id)

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Several trials per GPU: aggregate frames/s of k trials sharing one GPU (``trials_per_gpu: k``).
+
+For each spec and k it runs a sweep of k trials (seeds 1..k, the same steps each) on one local Ray with one
+GPU, so all k run at once on that GPU, and records the sweep's aggregate frames/s (frames over the time from
+the first trial's start to the end) and the median trial's own frames/s. Writes ``packing.md`` and
+``packing.json`` to OUT_DIR.
+
+    python3 benchmarks/packing.py OUT_DIR [--specs tiny,small] [--ks 1,2,4,8] [--steps tiny=40000,small=20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--specs", default="tiny,small")
+    ap.add_argument("--ks", default="1,2,4,8")
+    ap.add_argument("--steps", default="tiny=40000,small=20000")
+    args = ap.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from pvm_dist.sweep.driver import DriverOptions, run_sweep
+    from pvm_dist.sweep.plan import load_sweep
+
+    steps = {k: int(v) for k, v in (item.split("=") for item in args.steps.split(","))}
+    work = Path(tempfile.mkdtemp(prefix="pvm-packing-"))
+    rows = []
+    for spec in args.specs.split(","):
+        for k in (int(x) for x in args.ks.split(",")):
+            sweep = load_sweep({"name": f"pack-{spec}-{k}", "spec": spec, "steps": steps[spec],
+                                "checkpoint_every": steps[spec], "metrics_every": steps[spec] // 10,
+                                "data": "synthetic:balls", "backend": "native", "vary": {"seed": list(range(1, k + 1))},
+                                "heldout_steps": 0, "animation_frames": 0, "resources": {"trials_per_gpu": k}})
+            t0 = time.perf_counter()
+            out = run_sweep(sweep, DriverOptions(mlflow_uri=f"sqlite:///{work / 'mlflow.db'}", root=work / "sweeps"))
+            per_trial = [t["frames_per_s"] for t in out.trials if t["frames_per_s"]]
+            row = {"spec": spec, "k": k, "status": out.status, "aggregate_frames_per_s": out.frames_per_s,
+                   "median_trial_frames_per_s": statistics.median(per_trial) if per_trial else None,
+                   "gpus": sorted({t["gpu"] for t in out.trials}), "wall_s": time.perf_counter() - t0,
+                   "longest_block_s": out.longest_block_s}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "packing.json").write_text(json.dumps(rows, indent=2) + "\n")
+    base = {r["spec"]: r["aggregate_frames_per_s"] for r in rows if r["k"] == 1}
+    lines = ["| spec | trials per GPU | aggregate frames/s | × k=1 | median trial frames/s |", "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        gain = r["aggregate_frames_per_s"] / base[r["spec"]] if base.get(r["spec"]) else float("nan")
+        lines.append(f"| {r['spec']} | {r['k']} | {r['aggregate_frames_per_s']:,.0f} | {gain:.2f} | "
+                     f"{(r['median_trial_frames_per_s'] or 0):,.0f} |")
+    (args.out_dir / "packing.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0 if all(r["status"] == "FINISHED" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
