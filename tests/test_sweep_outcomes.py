@@ -141,7 +141,7 @@ def test_a_trial_larger_than_its_share_of_the_gpu_is_refused_before_it_starts():
 
 def test_checkpoints_are_kept_once_on_disk_and_a_slow_store_does_not_block_the_loop(tmp_path, scripted, mlflow_uri,
                                                                                     monkeypatch):
-    """The writer thread takes 0.2 s a checkpoint and the tracking store 0.15 s a metrics call (a slow disk, a
+    """The writer thread takes 0.6 s a checkpoint and the tracking store 0.4 s a metrics call (a slow disk, a
     slow server): the loop's longest stretch of work stays far below either, and superseded states are dropped.
     (Opening a trial's run, one store round trip per trial start, is still on the loop: measured apart.)"""
     import time
@@ -153,18 +153,18 @@ def test_checkpoints_are_kept_once_on_disk_and_a_slow_store_does_not_block_the_l
     real_save, real_log = run_state.save, MlflowSink.log_metrics
 
     def slow_save(*args, **kwargs):
-        time.sleep(0.2)
+        time.sleep(0.6)
         return real_save(*args, **kwargs)
 
     def slow_log(self, batch):
-        time.sleep(0.15)
+        time.sleep(0.4)
         return real_log(self, batch)
 
     monkeypatch.setattr(store_module.run_state, "save", slow_save)
     monkeypatch.setattr(MlflowSink, "log_metrics", slow_log)
-    d = make_driver(tmp_path, mlflow_uri, vary={"seed": [1, 2]}, steps=1000, checkpoint_every=100, keep_checkpoints=2)
+    d = make_driver(tmp_path, mlflow_uri, vary={"seed": [1, 2]}, steps=600, checkpoint_every=100, keep_checkpoints=2)
     out = d.run()
-    assert out.status == "FINISHED" and out.longest_block_s < 0.1, out.longest_block_s
+    assert out.status == "FINISHED" and out.longest_block_s < 0.3, out.longest_block_s  # a 2-core CI box, busy
     assert out.checkpoints_dropped > 0  # states arriving faster than the disk takes them: the older ones dropped
     artifacts = Path(mlflow_uri.removeprefix("sqlite:///")).parent / "mlartifacts" / d.experiment  # MLflow's store
     files = [*tmp_path.rglob("*.pvmckpt"), *artifacts.rglob("*.pvmckpt")]
@@ -172,8 +172,8 @@ def test_checkpoints_are_kept_once_on_disk_and_a_slow_store_does_not_block_the_l
     for trial in ("t000", "t001"):
         folder = d.folder.trial_dir(trial)
         steps = sorted(p.name for p in (folder / "checkpoints").iterdir())
-        assert steps[-1] == "step_000001000.pvmckpt" and len(steps) <= 3  # last 2 and the best
-        assert checkpoint_step(folder / "checkpoint.pvmckpt") == 1000  # what a resume reads: the final state
+        assert steps[-1] == "step_000000600.pvmckpt" and len(steps) <= 3  # last 2 and the best
+        assert checkpoint_step(folder / "checkpoint.pvmckpt") == 600  # what a resume reads: the final state
         assert (folder / "checkpoint.pvmckpt").samefile(folder / "checkpoints" / steps[-1])
         assert (folder / "best.pvmckpt").samefile(folder / "checkpoints" / steps[0])  # constant metric: the first
     # Every .pvmckpt anywhere is one of the sweep's files: MLflow's local artifact store holds each trial's
@@ -181,10 +181,22 @@ def test_checkpoints_are_kept_once_on_disk_and_a_slow_store_does_not_block_the_l
     assert inodes == {p.stat().st_ino for p in files if d.folder.path in p.parents}
     published = [p for p in files if d.folder.path not in p.parents]
     assert len(published) == 2 and all(p.parent.name == "checkpoints" and artifacts in p.parents for p in published)
-    assert d.state.trials["t000"].checkpoint_step == 1000 and d.state.trials["t000"].best_metric == 1.0
+    assert d.state.trials["t000"].checkpoint_step == 600 and d.state.trials["t000"].best_metric == 1.0
 
 
 def checkpoint_step(path: Path) -> int:
     from pvm_dist.io import checkpoint
 
     return checkpoint.load(path).step
+
+
+def test_the_disk_a_large_run_takes_is_said_before_it_starts(tmp_path):
+    from pvm_dist.model.spec import load_spec
+    from pvm_dist.run import state as run_state
+    from pvm_dist.run.config import RunConfig
+
+    small = RunConfig(spec=load_spec("small"), n_seq=1, readout=False)
+    assert abs(run_state.checkpoint_bytes(small) - 144_749_880) < 0.03 * 144_749_880  # a real small checkpoint
+    assert run_state.disk_note(RunConfig(spec=load_spec("tiny")), 3, 4, "x") is None
+    note = run_state.disk_note(small, 3, 8, "pvm-sweeps/s")
+    assert note == "checkpoints will take up to 3.5 GB under pvm-sweeps/s (8 runs × 3 kept × 145 MB)"

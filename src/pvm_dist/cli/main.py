@@ -299,6 +299,10 @@ def train(
             s = s.with_overrides(parsed)
         cfg = RunConfig(spec=s, overrides=parsed).replace(**given)
         folder = run_dir or Path("runs") / f"{s.name}-{_time.strftime('%Y%m%d-%H%M%S')}"
+    kept = cfg.keep_checkpoints + (cfg.steps // cfg.keep_every if cfg.keep_every else 0)
+    note = run_state.disk_note(cfg, kept, 1, str(folder))
+    if note:
+        typer.echo(f"pvm-dist: {note}", err=True)
     try:
         result = _train_with_progress(cfg, folder, state, show=not (quiet or as_json), run=run_training)
     except DataError as exc:

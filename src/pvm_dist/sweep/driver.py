@@ -207,6 +207,10 @@ class Driver:
         except ValueError as exc:
             raise SweepRunError(str(exc)) from None
         self.executor.use(self.demand)
+        run = self.sweep.run  # the last keep_checkpoints and the best of each trial
+        note = run_state.disk_note(run, run.keep_checkpoints + 1, len(self.trials), str(self.folder.path))
+        if note:
+            self._notice(note)
         d = self.demand
         self.folder.append("pool", gpus=d.gpus, cpus=d.cpus, limit=d.limit, asked=d.asked, cluster=cluster)
         if not d.gpus:
