@@ -60,6 +60,7 @@ POLL_S = 0.25
 #: Pending trials but no worker up for this long: give up. Generous: a GPU node's boot, image pull and
 #: build take minutes on a cloud autoscaler (``--worker-wait`` changes it).
 NO_WORKER_TIMEOUT_S = 1800.0
+WAIT_NOTICE_S = 10.0  # no worker up for this long: say what the sweep waits for
 
 __all__ = ["Driver", "DriverOptions", "SweepOutcome", "SweepRunError", "resume_sweep", "run_sweep"]
 
@@ -139,6 +140,7 @@ class Driver:
         self.experiment = opts.experiment or state.experiment or sweep.name
         self.parent: Tracker | None = None
         self._waiting_since: float | None = None
+        self._waiting_said = False  # the wait for a first worker was announced
         self.demand: Demand | None = None
         self.waiting: str | None = None  # what the sweep waits for (no worker up yet), for the live table
         best = {t: (s.best_step, s.best_metric) for t, s in state.trials.items() if s.best_metric is not None}
@@ -235,17 +237,17 @@ class Driver:
     def _check_stalled(self) -> None:
         """Pending trials and no worker up: say what the sweep waits for; after the wait, stop with a reason."""
         if not self.queue or self.live or self.executor.workers_up():
-            self._waiting_since = self.waiting = None
+            self._waiting_since, self.waiting, self._waiting_said = None, None, False
             return
         now = time.monotonic()
-        first = self._waiting_since is None
         self._waiting_since = self._waiting_since or now
         what = self.demand.describe() if self.demand else "a worker"
         self.waiting = (f"waiting for a node with {what} free for a pvm-dist worker "
                         f"({now - self._waiting_since:.0f} s of {self.opts.no_worker_timeout_s:.0f} s"
                         + ("; pending workers ask the autoscaler for GPU nodes)" if self.demand and self.demand.gpus
                            else ")"))
-        if first:
+        if not self._waiting_said and now - self._waiting_since >= WAIT_NOTICE_S:
+            self._waiting_said = True
             self._notice(self.waiting)
         if now - self._waiting_since > self.opts.no_worker_timeout_s:
             self.stop_reason = (f"no worker could start for {self.opts.no_worker_timeout_s:.0f} s: no node of the "
