@@ -47,7 +47,7 @@ def main() -> int:
             row = {"spec": spec, "k": k, "status": out.status, "aggregate_frames_per_s": out.frames_per_s,
                    "median_trial_frames_per_s": statistics.median(per_trial) if per_trial else None,
                    "gpus": sorted({t["gpu"] for t in out.trials}), "wall_s": time.perf_counter() - t0,
-                   "longest_block_s": out.longest_block_s}
+                   "longest_block_s": out.longest_block_s, "system_metrics": _system_metrics(out.folder)}
             print(json.dumps(row), flush=True)
             rows.append(row)
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -61,6 +61,16 @@ def main() -> int:
     (args.out_dir / "packing.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if all(r["status"] == "FINISHED" for r in rows) else 1
+
+
+def _system_metrics(folder: Path) -> dict:
+    """The last GPU figures (``system/...``) a trial reported, from the sweep's journal."""
+    last: dict = {}
+    for line in (folder / "journal.jsonl").read_text().splitlines():
+        ev = json.loads(line)
+        if ev.get("event") == "progress":
+            last = {k: round(v, 1) for k, v in (ev.get("metrics") or {}).items() if k.startswith("system/")} or last
+    return last
 
 
 if __name__ == "__main__":

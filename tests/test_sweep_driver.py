@@ -32,7 +32,6 @@ class ScriptedExecutor:
 
     def __init__(self, sweep, chunks) -> None:
         self.chunks = chunks
-        self.num_gpus = 0.0
         self.workers: dict[int, str | None] = {}  # index -> its trial
         self.dead: set[int] = set()
         self.retired: set[int] = set()  # released by the driver's pool
@@ -46,7 +45,7 @@ class ScriptedExecutor:
         return {"CPU": 2.0}
 
     def use(self, demand) -> None:
-        self.num_gpus = demand.gpus
+        self.demand = demand
 
     def add_worker(self) -> None:
         self.workers[len(self.workers)] = None

@@ -200,3 +200,28 @@ def test_the_disk_a_large_run_takes_is_said_before_it_starts(tmp_path):
     assert run_state.disk_note(RunConfig(spec=load_spec("tiny")), 3, 4, "x") is None
     note = run_state.disk_note(small, 3, 8, "pvm-sweeps/s")
     assert note == "checkpoints will take up to 3.5 GB under pvm-sweeps/s (8 runs × 3 kept × 145 MB)"
+
+
+def test_gpu_workers_report_utilisation_memory_and_power_under_mlflow_system_names(monkeypatch):
+    """NVML faked (this machine has no GPU): the names MLflow's System Metrics tab reads, one set per GPU."""
+    import types
+
+    from pvm_dist.sweep.gpu_metrics import gpu_sampler
+
+    calls: list[int] = []
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: calls.append(i) or i,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=40 + h),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=512 * 2**20, total=2048 * 2**20),
+        nvmlDeviceGetPowerUsage=lambda h: 350_000,
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert gpu_sampler([]) is None  # a CPU worker
+    sample = gpu_sampler(["3"])
+    assert calls == [3] and sample() == {
+        "system/gpu_3_utilization_percentage": 43.0, "system/gpu_3_memory_usage_megabytes": 512.0,
+        "system/gpu_3_memory_usage_percentage": 25.0, "system/gpu_3_power_usage_watts": 350.0,
+        "system/gpu_3_power_usage_percentage": 50.0}
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed: no figures, no error
+    assert gpu_sampler(["0"]) is None

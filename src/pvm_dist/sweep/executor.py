@@ -167,7 +167,6 @@ class Executor:
     def __init__(self, sweep: SweepSpec, chunks: ChunkPlan) -> None:
         self.sweep, self.chunks = sweep, chunks
         self.workers: list[_Worker] = []
-        self.num_gpus = 0.0  # per worker
         self._worker_class: Any = None
 
     # ---- workers ----------------------------------------------------------------------------------
@@ -178,7 +177,6 @@ class Executor:
         """Workers from now on claim what ``demand`` says (:mod:`pvm_dist.sweep.pool` decides it)."""
         import ray
 
-        self.num_gpus = demand.gpus
         self._worker_class = ray.remote(TrialWorker).options(num_gpus=demand.gpus, num_cpus=demand.cpus,
                                                              max_restarts=0)
 

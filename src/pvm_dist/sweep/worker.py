@@ -8,7 +8,8 @@ held-out score. The worker keeps its data sources (decoded frames, the synthetic
 trials, so starting the next trial costs only building the engine and, for a resumed trial, loading
 its state; :meth:`TrialWorker.start` measures that cost.
 
-A chunk (:meth:`TrialWorker.advance`) trains a number of steps and returns the interval's metrics and,
+A chunk (:meth:`TrialWorker.advance`) trains a number of steps and returns the interval's metrics (with its GPU's
+``system/`` figures, :mod:`pvm_dist.sweep.gpu_metrics`) and,
 when asked, the run state (for the driver to keep as the trial's checkpoint), a picture (PNG bytes)
 and, at the trial's last step, the animation (GIF bytes) and held-out scores. State travels through
 Ray's object store, so workers need no shared filesystem. A diverging trial raises ``RunDiverged``.
@@ -36,6 +37,7 @@ from pvm_dist.run.config import RunConfig
 from pvm_dist.run.evaluate import score_heldout
 from pvm_dist.run.session import Session
 from pvm_dist.run.state import RunState
+from pvm_dist.sweep.gpu_metrics import Sampler, gpu_sampler
 from pvm_dist.sweep.pool import memory_problem, trial_device_bytes
 
 #: Data sources a worker keeps between trials (least recently used dropped first).
@@ -58,6 +60,7 @@ class TrialWorker:
         self._session: Session | None = None
         self._trial_id = ""
         self.trials_started = 0
+        self._gpu_sampler: Sampler | None = None  # set by describe() on a GPU worker with NVML
 
     def describe(self, config: dict[str, Any] | None = None) -> dict[str, Any]:
         """Where this worker runs (node, host, pid, Ray's GPU ids) and, given a run config, which engine
@@ -69,6 +72,7 @@ class TrialWorker:
         out: dict[str, Any] = {"node": ctx.get_node_id()[:12], "host": socket.gethostname(), "pid": os.getpid(),
                                "actor": ctx.get_actor_id()[:12] if ctx.get_actor_id() else None,
                                "gpus": [str(g) for g in ray.get_gpu_ids()], "package": package}
+        self._gpu_sampler = gpu_sampler(out["gpus"])
         if config is not None:
             cfg = RunConfig.from_dict(config)
             try:  # the smallest model on the run's backend and device: the check costs no memory to speak of
@@ -109,6 +113,8 @@ class TrialWorker:
         session.advance(n_steps)
         out: dict[str, Any] = {"step": session.step, "metrics": session.take_metrics() if n_steps else {},
                                "seconds": time.perf_counter() - t0}
+        if n_steps and self._gpu_sampler is not None:
+            out["metrics"].update(self._gpu_sampler())
         state = session.state() if want_state or session.step >= session.config.steps else None
         if want_state:
             out["state"] = state.to_dict()
