@@ -6,6 +6,9 @@ GPU, so all k run at once on that GPU, and records the sweep's aggregate frames/
 the first trial's start to the end) and the median trial's own frames/s. Writes ``packing.md`` and
 ``packing.json`` to OUT_DIR.
 
+Build the native engine with CUDA first (``PVM_DIST_CUDA=ON pip install --no-build-isolation .``: without it a
+GPU host quietly builds the CPU engine, and the rates are the CPU's).
+
     python3 benchmarks/packing.py OUT_DIR [--specs tiny,small] [--ks 1,2,4,8] [--steps tiny=40000,small=20000]
         [--large STEPS]
 
@@ -53,7 +56,8 @@ def main() -> int:
             row = {"spec": spec, "k": k, "status": out.status, "aggregate_frames_per_s": out.frames_per_s,
                    "median_trial_frames_per_s": statistics.median(per_trial) if per_trial else None,
                    "gpus": sorted({t["gpu"] for t in out.trials}), "wall_s": time.perf_counter() - t0,
-                   "longest_block_s": out.longest_block_s, "system_metrics": _system_metrics(out.folder)}
+                   "longest_block_s": out.longest_block_s, "system_metrics": _system_metrics(out.folder),
+                   "devices": _devices(out.folder)}
             print(json.dumps(row), flush=True)
             rows.append(row)
             args.out_dir.mkdir(parents=True, exist_ok=True)  # after each sweep: a run cut short keeps its rows
@@ -93,6 +97,12 @@ def _large(steps: int, work: Path, out_dir: Path) -> bool:
     print(json.dumps(row), flush=True)
     (out_dir / "large.json").write_text(json.dumps(row, indent=2) + "\n")
     return out.status == "FINISHED"
+
+
+def _devices(folder: Path) -> list[str]:
+    """Where the trials' engines ran (``cuda:0``, ``cpu``): a build without CUDA shows here, not in the rates."""
+    events = [json.loads(line) for line in (folder / "journal.jsonl").read_text().splitlines()]
+    return sorted({str(e.get("device")) for e in events if e.get("event") == "trial_started"})
 
 
 def _system_metrics(folder: Path) -> dict:
