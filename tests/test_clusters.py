@@ -259,3 +259,34 @@ def test_readme_covers_the_workflow():
     # Every cluster file it points to exists.
     for name in ALL_YAML:
         assert f"clusters/{name}" in text, name
+
+
+# --- versions -----------------------------------------------------------------------------------
+
+
+def project_requirement(name: str) -> str:
+    """The version range pyproject.toml gives ``name`` (e.g. ``>=2.40,<2.61``)."""
+    import re
+
+    text = (CLUSTERS.parent / "pyproject.toml").read_text()  # tomllib is 3.11+; the project supports 3.10
+    (req,) = re.findall(rf'^\s*"{re.escape(name)}(?:\[[^\]]*\])?([<>=~!][^"]*)",', text, flags=re.M)
+    return req
+
+
+def test_every_ray_and_mlflow_version_in_clusters_lies_in_pyprojects_range():
+    import re
+
+    from packaging.specifiers import SpecifierSet
+
+    ray_range, mlflow_range = SpecifierSet(project_requirement("ray")), SpecifierSet(project_requirement("mlflow"))
+    text = {p.name: p.read_text() for p in CLUSTERS.glob("*.yaml")}
+    ray_pins = [(n, v) for n, t in text.items() for v in re.findall(r"ray(?:\[default\])?==([0-9.]+)", t)]
+    images = [(n, v) for n, t in text.items() for v in re.findall(r"rayproject/ray:([0-9.]+)-", t)]
+    ray_versions = [(n, v) for n, t in text.items() for v in re.findall(r'rayVersion: "([0-9.]+)"', t)]
+    mlflow_images = [(n, v) for n, t in text.items() for v in re.findall(r"mlflow/mlflow:v([0-9.]+)", t)]
+    assert ray_pins and images and ray_versions and mlflow_images
+    for name, version in ray_pins + images + ray_versions:
+        assert version in ray_range, f"{name}: Ray {version} outside pyproject's ray{ray_range}"
+    assert len({v for _, v in ray_pins + images + ray_versions}) == 1  # one Ray on every node
+    for name, version in mlflow_images:
+        assert version in mlflow_range, f"{name}: MLflow {version} outside pyproject's mlflow{mlflow_range}"

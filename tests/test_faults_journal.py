@@ -99,6 +99,7 @@ def test_sweep_json_of_a_new_sweep_records_its_store(tmp_path):
     opts = driver.DriverOptions(mlflow_uri="sqlite:///somewhere.db", root=tmp_path / "sweeps")
     mp = pytest.MonkeyPatch()
     mp.setattr(driver, "connect", lambda address: None)
+    mp.setattr(driver, "cluster_resources", lambda: {"CPU": 2.0})
     mp.setattr(driver, "Driver", fake_driver)
     try:
         with pytest.raises(Stop):

@@ -11,7 +11,8 @@ import pytest
 from pvm_dist.io import checkpoint
 from pvm_dist.sweep import driver as driver_module
 from pvm_dist.sweep.driver import Driver, DriverOptions
-from pvm_dist.sweep.executor import ChunkDone, FinalState, TrialError, TrialStarted, WorkerInfo, WorkerLost
+from pvm_dist.sweep.executor import (ChunkDone, FinalState, PoolWorker, TrialError, TrialStarted, WorkerInfo,
+                                     WorkerLost)
 from pvm_dist.sweep.journal import SweepFolder
 from pvm_dist.sweep.plan import load_sweep
 
@@ -31,21 +32,30 @@ class ScriptedExecutor:
 
     def __init__(self, sweep, chunks) -> None:
         self.chunks = chunks
-        self.num_gpus = 0.0
         self.workers: dict[int, str | None] = {}  # index -> its trial
         self.dead: set[int] = set()
+        self.retired: set[int] = set()  # released by the driver's pool
         self.at: dict[str, int] = {}  # chunks queued up to this step
         self.value: dict[str, float] = {}
         self.events: list = []
         self.shut = False
         ScriptedExecutor.last = self
 
-    def start_workers(self, at_most: int) -> None:
-        for _ in range(at_most):
-            self.add_worker()
+    def cluster_resources(self) -> dict:
+        return {"CPU": 2.0}
+
+    def use(self, demand) -> None:
+        self.demand = demand
 
     def add_worker(self) -> None:
         self.workers[len(self.workers)] = None
+
+    def retire(self, index: int) -> None:
+        self.dead.add(index)
+        self.retired.add(index)
+
+    def alive(self) -> list:
+        return [PoolWorker(i, True, t is None, t is not None) for i, t in self.workers.items() if i not in self.dead]
 
     def idle_workers(self) -> list[int]:
         return [i for i, t in self.workers.items() if t is None and i not in self.dead]
@@ -60,7 +70,7 @@ class ScriptedExecutor:
         self.workers[index] = trial.trial_id
         self.at[trial.trial_id] = int(state["engine"]["step"]) if state else 0
         self.value[trial.trial_id] = float(trial.seed)
-        if self.fail:
+        if self.fail is True or (callable(self.fail) and self.fail(trial)):  # a predicate: which trials fail
             self.events.append(TrialError(trial.trial_id, "DataError: no such file"))
             return
         info = WorkerInfo("node00", "host", 100 + index, f"actor{index}", ())

@@ -174,7 +174,8 @@ def test_killed_driver_resumes_without_redoing_or_duplicating(cluster, tmp_path)
 def test_diverging_trial_fails_with_its_reason_and_the_rest_finish(cluster, tmp_path):
     f = sweep_file(tmp_path, "nan", vary={"initial_learning_rate": [0.002, 1.0e30, 0.01]})
     res = run(tmp_path, "run", str(f), "--address", cluster.address, "--json")
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 3, res.stderr[-3000:]  # some trials failed
+    assert "1 of 3 trials failed" in res.stderr and "--retry-failed" in res.stderr
     import json
 
     out = {t["trial_id"]: t for t in json.loads(res.stdout)["trials"]}

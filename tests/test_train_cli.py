@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,11 +65,14 @@ def test_train_records_everything_in_mlflow(env, tmp_path):
     history = mlflow.MlflowClient(tracking_uri=env["PVM_MLFLOW_URI"]).get_metric_history(mlrun.info.run_id, "ratio_two_step")
     assert [m.step for m in history] == [10, 20, 30, 40]
     files = artifacts(env["PVM_MLFLOW_URI"], mlrun.info.run_id)
-    assert {"spec.json", "pictures/step_000000020.png", "pictures/step_000000040.png", "checkpoints/latest.pvmckpt",
+    assert {"spec.json", "pictures/step_000000020.png", "pictures/step_000000040.png",
             "checkpoints/step_000000040.pvmckpt", "prediction.gif"} <= files
-    latest = mlflow.MlflowClient(tracking_uri=env["PVM_MLFLOW_URI"]).download_artifacts(
-        mlrun.info.run_id, "checkpoints/latest.pvmckpt", str(tmp_path / "dl"))
-    assert checkpoint.load(latest).step == 40  # replaced at 20, then by the final checkpoint
+    assert not any(f.startswith("checkpoints/") and f != "checkpoints/step_000000040.pvmckpt" for f in files)
+    # The last checkpoint, once on disk: MLflow's local store holds a link to the run folder's file.
+    stored = Path(mlflow.MlflowClient(tracking_uri=env["PVM_MLFLOW_URI"]).get_run(mlrun.info.run_id).info.artifact_uri
+                  .removeprefix("file://")) / "checkpoints" / "step_000000040.pvmckpt"
+    assert stored.samefile(tmp_path / "r" / "checkpoints" / "step_000000040.pvmckpt")
+    assert checkpoint.load(stored).step == 40
     assert summary["picture"].endswith("step_000000040.png") and summary["animation"].endswith("prediction.gif")
 
 

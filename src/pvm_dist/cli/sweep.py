@@ -14,11 +14,18 @@ import typer
 
 from pvm_dist.sweep.journal import DEFAULT_ROOT
 
+#: As in pvm_dist.sweep.driver (not imported here: the CLI imports Ray and MLflow only when a sweep runs).
+NO_WORKER_TIMEOUT_S = 1800.0
+
 sweep_app = typer.Typer(help="Hyperparameter and model-zoo sweeps on Ray (local, or a cluster with --address).",
                         no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
 
 ROOT_HELP = "Folder of sweep journals and trial checkpoints."
-EXIT_INTERRUPTED, EXIT_FAILED = 130, 3
+#: Exit codes: 0 every trial finished (or was stopped early by ASHA); EXIT_FAILED some trials failed or the
+#: sweep stopped short (failure budget, no worker); EXIT_ALL_FAILED every trial failed; EXIT_INTERRUPTED Ctrl-C.
+EXIT_INTERRUPTED, EXIT_FAILED, EXIT_ALL_FAILED = 130, 3, 4
+WORKER_WAIT_HELP = ("Seconds to wait for the first worker when none can start (a GPU node booting on an "
+                    "autoscaling cluster) before giving up.")
 
 
 def _echo_json(obj: Any) -> None:
@@ -112,6 +119,7 @@ def run(
     mlflow_uri: Annotated[str | None, typer.Option("--mlflow", help="MLflow tracking URI (default: ./mlflow.db).")] = None,
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment (default: the sweep's name).")] = None,
     max_concurrent: Annotated[int | None, typer.Option("--max-concurrent", help="At most this many trials at once (workers).", min=1)] = None,
+    worker_wait: Annotated[float, typer.Option("--worker-wait", help=WORKER_WAIT_HELP, min=1)] = NO_WORKER_TIMEOUT_S,
     root: Annotated[Path, typer.Option("--root", help=ROOT_HELP)] = DEFAULT_ROOT,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the trial plan and exit.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="No live table; print the outcome as JSON.")] = False,
@@ -135,7 +143,7 @@ def run(
 
     check_store(mlflow_uri or default_tracking_uri(), write=True)
     opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, experiment=experiment, max_concurrent=max_concurrent,
-                         root=root)
+                         root=root, no_worker_timeout_s=worker_wait, on_notice=_notice)
     _finish(_with_live_table(lambda: run_sweep(sweep, opts), opts, show=not (as_json or quiet)), as_json, root)
 
 
@@ -145,16 +153,19 @@ def resume(
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster (default: start a local one).")] = None,
     mlflow_uri: Annotated[str | None, typer.Option("--mlflow", help="MLflow tracking URI (default: the one the sweep used).")] = None,
     max_concurrent: Annotated[int | None, typer.Option("--max-concurrent", help="At most this many trials at once.", min=1)] = None,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Run FAILED trials again, from their last checkpoint (or from scratch), in their own MLflow runs.")] = False,
+    worker_wait: Annotated[float, typer.Option("--worker-wait", help=WORKER_WAIT_HELP, min=1)] = NO_WORKER_TIMEOUT_S,
     root: Annotated[Path, typer.Option("--root", help=ROOT_HELP)] = DEFAULT_ROOT,
     as_json: Annotated[bool, typer.Option("--json", help="No live table; print the outcome as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live table.")] = False,
 ) -> None:
     """Continue a sweep after its driver stopped: finished trials are kept, the others continue from their
-    last checkpoints in the same MLflow runs."""
+    last checkpoints in the same MLflow runs (FAILED ones too with --retry-failed)."""
     from pvm_dist.sweep.driver import DriverOptions, resume_sweep
 
     check_root(root)
-    opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, max_concurrent=max_concurrent, root=root)
+    opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, max_concurrent=max_concurrent, root=root,
+                         retry_failed=retry_failed, no_worker_timeout_s=worker_wait, on_notice=_notice)
     _deliver_spools(Path(root) / sweep_id)
     _finish(_with_live_table(lambda: resume_sweep(sweep_id, opts), opts, show=not (as_json or quiet)), as_json, root)
 
@@ -237,7 +248,8 @@ def _with_live_table(start: Any, opts: Any, show: bool) -> Any:
         def update(driver: Any) -> None:
             trials = [t.to_dict() for t in driver.trials.values()]
             live.update(progress.table(driver.state, trials, driver.sweep.steps, driver.sweep.metric,
-                                       f"{driver.folder.sweep_id} · {driver.experiment}", driver.source.remaining()))
+                                       f"{driver.folder.sweep_id} · {driver.experiment}", driver.source.remaining(),
+                                       waiting=driver.waiting))
 
         opts.on_update = update
         outcome = start()
@@ -245,10 +257,17 @@ def _with_live_table(start: Any, opts: Any, show: bool) -> Any:
     return outcome
 
 
+def _notice(line: str) -> None:
+    typer.echo(f"pvm-dist: {line}", err=True)
+
+
 def _finish(outcome: Any, as_json: bool, root: Path) -> None:
     resume_cmd = f"pvm-dist sweep resume {outcome.sweep_id}" + ("" if Path(root) == DEFAULT_ROOT else f" --root {root}")
+    failed = [t for t in outcome.trials if t["status"] == "FAILED"]
+    retry_cmd = f"{resume_cmd} --retry-failed"
     if as_json:
-        _echo_json({**outcome.to_dict(), "resume_command": resume_cmd if outcome.status != "FINISHED" else None})
+        _echo_json({**outcome.to_dict(), "resume_command": resume_cmd if outcome.status != "FINISHED" else None,
+                    "retry_command": retry_cmd if failed else None})
     else:
         counts = Counter(t["status"] for t in outcome.trials)
         typer.echo(f"sweep {outcome.sweep_id}: {outcome.status.lower()}; "
@@ -263,10 +282,19 @@ def _finish(outcome: Any, as_json: bool, root: Path) -> None:
         typer.echo(f"parent run {outcome.parent_run_id} in experiment '{outcome.experiment}' at {outcome.mlflow_uri}")
         typer.echo(f"compare: pvm-dist compare '{outcome.experiment}' --mlflow {outcome.mlflow_uri}")
         typer.echo(f"journal and checkpoints: {outcome.folder}")
+        for t in failed:
+            typer.echo(f"  {t['trial_id']} FAILED at step {t['step']:,}: {t['reason']}")
     if outcome.status == "INTERRUPTED":
         typer.echo(f"interrupted; resume with: {resume_cmd}", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
+    every = bool(failed) and len(failed) == len(outcome.trials)
     if outcome.status == "FAILED":
-        typer.echo(f"pvm-dist: sweep failed: {outcome.reason}; after fixing the cause, resume with: {resume_cmd}",
-                   err=True)
+        typer.echo(f"pvm-dist: sweep failed: {outcome.reason}; after fixing the cause, resume with: "
+                   f"{retry_cmd if failed else resume_cmd}", err=True)
+    elif failed:
+        typer.echo(f"pvm-dist: {'every trial' if every else f'{len(failed)} of {len(outcome.trials)} trials'} "
+                   f"failed (reasons above); after fixing the cause, rerun them with: {retry_cmd}", err=True)
+    if every:
+        raise typer.Exit(EXIT_ALL_FAILED)
+    if failed or outcome.status == "FAILED":
         raise typer.Exit(EXIT_FAILED)

@@ -42,6 +42,30 @@ class RunState:
         return cls(dict(d["engine"]), dict(d.get("readout") or {}), RunConfig.from_dict(d["run"]))
 
 
+#: Checkpoints of a run past this many bytes in all get their disk use announced before the run starts.
+LARGE_DISK_BYTES = 2**30
+
+
+def checkpoint_bytes(config: RunConfig) -> int:
+    """About how large one checkpoint of ``config`` is: weights and momentum (fp32), each sequence's unit
+    state, and the readout's weights and momentum when it trains one (within a few % of the files)."""
+    from pvm_dist.model.topology import build_topology
+
+    t = build_topology(config.spec)
+    readout = 8 * t.readout_weights if config.readout is not False else 0
+    return 8 * t.n_weights + 12 * config.n_seq * (t.x_total + t.y_total) + readout
+
+
+def disk_note(config: RunConfig, kept: int, runs: int, where: str) -> str | None:
+    """One line on the disk ``runs`` runs keeping ``kept`` checkpoints each will take, when that is large."""
+    total = checkpoint_bytes(config) * kept * runs
+    if total < LARGE_DISK_BYTES:
+        return None
+    each = f"{runs} runs × " if runs > 1 else ""
+    return (f"checkpoints will take up to {total / 1e9:.1f} GB under {where} ({each}{kept} kept × "
+            f"{checkpoint_bytes(config) / 1e6:,.0f} MB)")
+
+
 def save(path: str | os.PathLike[str], state: RunState, extra: Mapping[str, Any] | None = None) -> Path:
     """Write ``state`` atomically to ``path`` (see :func:`pvm_dist.io.checkpoint.save`); ``extra`` goes into the meta."""
     meta = {**state.run.to_dict(), **(extra or {})}

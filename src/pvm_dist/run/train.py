@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -26,11 +25,12 @@ from pvm_dist.run.session import RunDiverged, Session
 from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
 from pvm_dist.tracking.images import log_image_series
+from pvm_dist.tracking.keep_once import keep_once
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
 FINISHED_FILE = "finished.json"  # written once the end-of-run work (held-out score, animation, MLflow close) is done
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class CheckpointWriteError(OSError):
@@ -94,7 +94,7 @@ class _RunFolder:
             path.parent.mkdir(parents=True, exist_ok=True)
             pictures.write_image(path, session.picture())
         except OSError as exc:
-            log.warning("pvm-dist: warning: %s; training goes on", exc)
+            logger.warning("pvm-dist: warning: %s; training goes on", exc)
             return None
         if self.tracker is not None:
             self.tracker.log_artifact(path, "pictures")
@@ -105,7 +105,8 @@ class _RunFolder:
     def save_checkpoint(self, state: RunState) -> Path:
         """Write atomically (with the MLflow run id, once the tracker knows it), then keep the newest few plus
         every ``keep_every``-th. A failed write (a full disk) raises :class:`CheckpointWriteError`; the
-        checkpoints already written stay as they are."""
+        checkpoints already written stay as they are. MLflow gets only the run's last checkpoint, at the end,
+        once (:func:`~pvm_dist.tracking.keep_once.keep_once`)."""
         if self.tracker is not None and self.tracker.run_id and state.run.run_id != self.tracker.run_id:
             state = dataclasses.replace(state, run=state.run.replace(run_id=self.tracker.run_id))
         cfg = state.run
@@ -121,15 +122,6 @@ class _RunFolder:
         for old in sorted((self.path / "checkpoints").glob(f"step_*{CHECKPOINT_SUFFIX}"))[: -cfg.keep_checkpoints]:
             if not (cfg.keep_every and int(old.stem.split("_")[1]) % cfg.keep_every == 0):
                 old.unlink(missing_ok=True)
-        if self.tracker is not None:  # MLflow keeps the latest under one name, replaced each time
-            latest = self.path / "tracking-latest" / f"latest{CHECKPOINT_SUFFIX}"
-            latest.parent.mkdir(exist_ok=True)
-            latest.unlink(missing_ok=True)
-            try:
-                latest.hardlink_to(path)
-            except OSError:
-                shutil.copyfile(path, latest)
-            self.tracker.log_artifact(latest, "checkpoints")
         return path
 
 
@@ -189,6 +181,10 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
         make_source(cfg.heldout, cfg.spec.image_shape, 1, cfg.heldout_seed, data_path=cfg.data_path)
     session = Session(cfg, resume)
     run_dir.mkdir(parents=True, exist_ok=True)  # once the model and data are known to load: no empty folders
+    kept = cfg.keep_checkpoints + (cfg.steps // cfg.keep_every if cfg.keep_every else 0)
+    note = run_state.disk_note(cfg, kept, 1, str(run_dir))
+    if note:  # said once the model is known to fit, before the first checkpoint
+        logger.warning("pvm-dist: %s", note)
     tracker = None
     if cfg.track:
         tracker, cfg = _start_tracker(cfg, session, run_dir)
@@ -240,8 +236,8 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
             animation = session.animation.save(run_dir / "prediction.gif")
             if tracker is not None:
                 tracker.log_artifact(animation)
-        if tracker is not None:
-            tracker.log_artifact(last_ck, "checkpoints")
+        if tracker is not None:  # a hard link where MLflow's store is a local folder: one copy on disk
+            keep_once(tracker, last_ck, "checkpoints")
         if not interrupted:
             heldout = score_heldout(final, session.engine.backend)
             if heldout and tracker is not None:

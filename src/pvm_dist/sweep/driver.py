@@ -7,8 +7,9 @@
   the next pending trial, else a new one from the trial source, and acts on each event;
 - it writes every event to the sweep journal (:mod:`pvm_dist.sweep.journal`) before acting on it, so a
   killed driver loses nothing that ``pvm-dist sweep resume`` cannot continue;
-- it keeps each trial's latest checkpoint in the sweep folder (the state comes back from the worker
-  through Ray's object store) and logs it, its metrics and pictures to the trial's nested MLflow run;
+- it keeps each trial's checkpoints in the sweep folder (the state comes back from the worker through
+  Ray's object store; :mod:`pvm_dist.sweep.checkpoints` writes it on a thread, the last few and the best,
+  one copy each) and logs metrics, pictures and the checkpoint's path to the trial's nested MLflow run;
   the driver is the only MLflow writer, and its trackers write one at a time (one SQLite writer);
 - PBT (:mod:`pvm_dist.sweep.pbt`): a member the policy tells to exploit continues from a copy of its
   donor's checkpoint with the explored values (journaled first, lineage tagged on its MLflow run);
@@ -26,6 +27,7 @@ import json
 import math
 import os
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -39,7 +41,7 @@ from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
 from pvm_dist.sweep import pbt
 from pvm_dist.sweep.executor import (ChunkDone, EngineUnavailable, Event, Executor, FinalState, SweepRunError, TrialError,
-                                     TrialStarted, WorkerLost, connect)
+                                     TrialStarted, WorkerLost, cluster_resources, connect)
 from pvm_dist.sweep.journal import (
     DEFAULT_ROOT,
     FAILED,
@@ -51,16 +53,23 @@ from pvm_dist.sweep.journal import (
     SweepState,
     new_sweep_id,
 )
+from pvm_dist.sweep import pool
+from pvm_dist.sweep.pool import Demand
+from pvm_dist.sweep.checkpoints import BEST, CheckpointStore
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
 from pvm_dist.sweep.scheduler import Action, ChunkPlan, Decision, make_scheduler
 from pvm_dist.sweep.source import make_source
 from pvm_dist.tracking.compare import label
 from pvm_dist.tracking.images import log_image_series
+from pvm_dist.tracking.keep_once import keep_once
 from pvm_dist.tracking.sync import sync_paths
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
-NO_WORKER_TIMEOUT_S = 300.0  # pending trials but no worker could start for this long: give up
+#: Pending trials but no worker up for this long: give up. Generous: a GPU node's boot, image pull and
+#: build take minutes on a cloud autoscaler (``--worker-wait`` changes it).
+NO_WORKER_TIMEOUT_S = 1800.0
+WAIT_NOTICE_S = 10.0  # no worker up for this long: say what the sweep waits for
 
 __all__ = ["Driver", "DriverOptions", "SweepOutcome", "SweepRunError", "resume_sweep", "run_sweep"]
 
@@ -75,7 +84,9 @@ class DriverOptions:
     max_concurrent: int | None = None
     root: Path = DEFAULT_ROOT
     no_worker_timeout_s: float = NO_WORKER_TIMEOUT_S
+    retry_failed: bool = False  # resume: FAILED trials run again (from their last checkpoint) in their runs
     on_update: Callable[[Driver], None] | None = None  # called about every POLL_S (the live table)
+    on_notice: Callable[[str], None] | None = None  # one-line news: the pool's kind, what it waits for
 
 
 @dataclasses.dataclass
@@ -94,6 +105,9 @@ class SweepOutcome:
     frames_per_s: float  # aggregate: frames / time from the first trial's start to the end
     warm_start_s: float | None  # mean trial start cost on a worker that had run a trial before
     workers: list[dict[str, Any]]
+    longest_block_s: float = 0.0  # the scheduling loop's longest stretch of work between waits for results,
+    longest_run_open_s: float = 0.0  # besides opening trials' MLflow runs, which still happens on the loop
+    checkpoints_dropped: int = 0  # superseded by a newer state of the trial before they were written
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -142,26 +156,42 @@ class Driver:
         self.experiment = opts.experiment or state.experiment or sweep.name
         self.parent: Tracker | None = None
         self._waiting_since: float | None = None
+        self._waiting_said = False  # the wait for a first worker was announced
+        self.demand: Demand | None = None
+        self.waiting: str | None = None  # what the sweep waits for (no worker up yet), for the live table
+        best = {t: (s.best_step, s.best_metric) for t, s in state.trials.items() if s.best_metric is not None}
+        self.checkpoints = CheckpointStore(folder.trial_dir, sweep.run.keep_checkpoints, sweep.better, best)
+        self._closing: dict[str, threading.Thread] = {}  # trial -> its run being closed
+        self.longest_block_s = 0.0  # the loop's longest stretch of work between waits for results ...
+        self.longest_run_open_s = 0.0  # ... besides opening trials' MLflow runs (a store round trip each)
+        self._run_open_s = 0.0
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> SweepOutcome:
         """Run until every trial is final, the failure budget is spent, or a stop signal arrives."""
+        self._plan_pool()
         self._start_tracking()
         with stop_on_signals() as should_stop:
             try:
-                cap = self.opts.max_concurrent or self.sweep.max_concurrent
-                wanted = max(len(self.queue) + self.source.remaining(), 1)
-                self.executor.start_workers(min(cap, wanted) if cap else wanted)
                 while True:
+                    t0 = time.perf_counter()
                     self.interrupted = self.interrupted or should_stop()
                     if not self._busy():
                         break
+                    self._journal_checkpoints()
                     self._assign()
+                    self._size_pool()
                     self._check_stalled()
-                    for event in self.executor.poll(POLL_S):
+                    t1 = time.perf_counter()
+                    events = self.executor.poll(POLL_S)
+                    t2, self._run_open_s = time.perf_counter(), 0.0
+                    for event in events:
                         self._handle(event)
                     if self.opts.on_update:
                         self.opts.on_update(self)
+                    self.longest_run_open_s = max(self.longest_run_open_s, self._run_open_s)
+                    self.longest_block_s = max(self.longest_block_s, t1 - t0,
+                                               time.perf_counter() - t2 - self._run_open_s)
             finally:
                 self._shutdown()
         return self._outcome()
@@ -197,15 +227,62 @@ class Driver:
         self.queue.append(trial.trial_id)
         return True
 
-    def _check_stalled(self) -> None:
-        """Pending trials that no worker can take for too long (every node gone): stop with a reason."""
-        if not (self.queue or self.source.remaining()) or self.live or self.executor.workers_up():
-            self._waiting_since = None
+    def _plan_pool(self) -> None:
+        """Decide what a worker claims (:mod:`pvm_dist.sweep.pool`); say up front when the sweep runs on CPUs."""
+        cluster = self.executor.cluster_resources()
+        try:
+            self.demand = pool.decide(self.sweep.resources, cluster, local=self.opts.address is None)
+        except ValueError as exc:
+            raise SweepRunError(str(exc)) from None
+        self.executor.use(self.demand)
+        run = self.sweep.run  # the last keep_checkpoints and the best of each trial
+        note = run_state.disk_note(run, run.keep_checkpoints + 1, len(self.trials), str(self.folder.path))
+        if note:
+            self._notice(note)
+        d = self.demand
+        self.folder.append("pool", gpus=d.gpus, cpus=d.cpus, limit=d.limit, asked=d.asked, cluster=cluster)
+        if not d.gpus:
+            self._notice(f"no GPU in the cluster: trials run on up to {d.limit} CPU worker(s) of {d.cpus:g} CPU; on an "
+                         f"autoscaling cluster whose GPU nodes start at 0, set resources.gpus_per_actor (or "
+                         f"trials_per_gpu) so the sweep asks for them")
+
+    def _size_pool(self) -> None:
+        """Keep one worker per trial that could run (pending actors ask the autoscaler for nodes); release
+        the rest, those not placed yet first, then idle ones."""
+        if self._stopping() or self.demand is None:
             return
-        self._waiting_since = self._waiting_since or time.monotonic()
-        if time.monotonic() - self._waiting_since > self.opts.no_worker_timeout_s:
-            self.stop_reason = (f"no worker could start for {self.opts.no_worker_timeout_s:.0f} s: the cluster has no "
-                                f"free {'GPU' if self.executor.num_gpus else 'CPU'} for a pvm-dist worker")
+        alive = self.executor.alive()
+        running = sum(1 for w in alive if w.busy)
+        want = pool.wanted(self.demand, self.opts.max_concurrent or self.sweep.max_concurrent,
+                           len(self.queue) + self.source.remaining(), running)
+        for _ in range(want - len(alive)):
+            self.executor.add_worker()
+        spare = sorted((w for w in alive if not w.up or w.idle), key=lambda w: w.up)  # not placed yet first
+        for w in spare[:max(len(alive) - want, 0)]:
+            self.executor.retire(w.index)
+
+    def _check_stalled(self) -> None:
+        """Pending trials and no worker up: say what the sweep waits for; after the wait, stop with a reason."""
+        if not (self.queue or self.source.remaining()) or self.live or self.executor.workers_up():
+            self._waiting_since, self.waiting, self._waiting_said = None, None, False
+            return
+        now = time.monotonic()
+        self._waiting_since = self._waiting_since or now
+        what = self.demand.describe() if self.demand else "a worker"
+        self.waiting = (f"waiting for a node with {what} free for a pvm-dist worker "
+                        f"({now - self._waiting_since:.0f} s of {self.opts.no_worker_timeout_s:.0f} s"
+                        + ("; pending workers ask the autoscaler for GPU nodes)" if self.demand and self.demand.gpus
+                           else ")"))
+        if not self._waiting_said and now - self._waiting_since >= WAIT_NOTICE_S:
+            self._waiting_said = True
+            self._notice(self.waiting)
+        if now - self._waiting_since > self.opts.no_worker_timeout_s:
+            self.stop_reason = (f"no worker could start for {self.opts.no_worker_timeout_s:.0f} s: no node of the "
+                                f"cluster had {what} free for a pvm-dist worker")
+
+    def _notice(self, line: str) -> None:
+        if self.opts.on_notice:
+            self.opts.on_notice(line)
 
     def _handle(self, event: Event) -> None:
         match event:
@@ -225,6 +302,8 @@ class Driver:
     # ---- trial events -----------------------------------------------------------------------------
     def _start_trial(self, trial_id: str, worker: int) -> None:
         state = None
+        self.checkpoints.wait(trial_id)  # a lost trial's last checkpoint may still be on its way to disk
+        self._journal_checkpoints()
         if self.state.trials[trial_id].checkpoint_step:
             try:
                 state = run_state.load(self.folder.checkpoint_file(trial_id))[0].to_dict()
@@ -238,12 +317,17 @@ class Driver:
         trial, ts, w = self.trials[ev.trial_id], self.state.trials[ev.trial_id], ev.worker
         where = {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id, "node": w.node, "worker_host": w.host,
                  "gpu": w.gpu}
+        t0 = time.perf_counter()
+        closing = self._closing.pop(trial.trial_id, None)
+        if closing is not None:  # reopened after a loss: its last session ends first (rare; blocks briefly)
+            closing.join()
         config = self.sweep.trial_config(trial)
         tracker = Tracker.start(self.mlflow_uri, self.experiment, run_name=f"{label(trial.varied)} ({trial.trial_id})".strip(),
                                 run_id=ts.run_id, parent_run_id=self.parent.run_id,
                                 tags=run_tags(ev.backend, ev.device, {**where, "pvm_dist.command": config.command()}),
                                 fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback",
                                 run_key=f"{self.folder.sweep_id}/{trial.trial_id}")
+        self._run_open_s += time.perf_counter() - t0  # one round trip to the tracking store, on the loop
         if ts.run_id is None:
             tracker.log_params(self._trial_params(trial, config))
             if tracker.run_id:
@@ -253,6 +337,8 @@ class Driver:
             tracker.set_tags(where)
         for step, (stamp, metrics) in ts.logged.items():  # a restart: what the last tracker may not have delivered,
             tracker.log_metrics(metrics, step=step, timestamp=stamp)  # as it was (MLflow keeps one copy of a point)
+        tracker.set_tags({"checkpoint": str(self.folder.checkpoint_file(trial.trial_id)),  # the file, not a copy
+                          "checkpoint_best": str(self.folder.trial_dir(trial.trial_id) / BEST)})
         self.state.apply(self.folder.append(
             "trial_started", trial=trial.trial_id, step=ev.step, node=w.node, host=w.host, gpu=w.gpu, actor=w.actor,
             pid=w.pid, start_cost_s=ev.start_cost_s, warm=ev.warm, round_trip_s=ev.round_trip_s, device=ev.device))
@@ -278,7 +364,7 @@ class Driver:
         if ev.metrics and not redone:  # redone steps were sent again (as first logged) when the trial restarted
             live.tracker.log_metrics(ev.metrics, step=step, timestamp=int(record["time"] * 1000))
         if ev.state is not None:
-            self._save_checkpoint(live, step, ev.state, ev.picture)
+            self._save_checkpoint(live, step, ev.state, ev.picture, ev.metrics.get(self.sweep.metric))
         if ev.heldout:
             live.tracker.log_metrics(ev.heldout, step=step)
         if ev.gif:
@@ -325,25 +411,48 @@ class Driver:
         live = self.live.pop(ev.trial_id)
         if ev.step > self.state.trials[ev.trial_id].checkpoint_step:
             self._save_checkpoint(live, ev.step, ev.state, None)
-        live.tracker.close("KILLED")
+        self._close_run(live, "KILLED")
         self.state.apply(self.folder.append("trial_lost", trial=ev.trial_id, reason="sweep stopped"))
         self.executor.release(ev.trial_id)
 
-    def _save_checkpoint(self, live: _Live, step: int, state: dict[str, Any], picture: bytes | None) -> None:
-        """Write the trial's checkpoint (with its run configuration and MLflow run), journal it, log it and the picture."""
+    def _save_checkpoint(self, live: _Live, step: int, state: dict[str, Any], picture: bytes | None,
+                         metric: float | None = None) -> None:
+        """Hand the trial's checkpoint (with its run configuration and MLflow run) to the writer thread, which
+        journals nothing: :meth:`_journal_checkpoints` does once it is on disk. Keep and log the picture."""
         trial = live.trial
-        path = self.folder.checkpoint_file(trial.trial_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
         ts = self.state.trials[trial.trial_id]
         config = live.config.replace(track=True, mlflow_uri=self.mlflow_uri, experiment=self.experiment, run_id=ts.run_id)
-        run_state.save(path, RunState(state["engine"], state["readout"], config),
-                       {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id})
-        self.state.apply(self.folder.append("checkpoint", trial=trial.trial_id, step=step, path=str(path)))
-        live.tracker.log_artifact(path, "checkpoints")
+        self.checkpoints.submit(trial.trial_id, step, RunState(state["engine"], state["readout"], config),
+                                {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id}, metric)
         if picture:
             self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
             log_image_series(live.tracker, self.folder.trial_dir(live.trial.trial_id) / "pictures" / f"step_{step:09d}.png",
                              step, self.folder.trial_dir(live.trial.trial_id) / "tracking-images")
+
+    def _close_run(self, live: _Live, status: str, publish: bool = False) -> None:
+        """End the trial's MLflow run on a thread: delivering its last metrics to a slow server takes seconds
+        that the scheduling loop must not wait for (joined when the sweep ends). ``publish``: first put the
+        trial's final checkpoint among the run's artifacts, once (a hard link where the store is local)."""
+        trial_id, tracker = live.trial.trial_id, live.tracker
+
+        def close() -> None:
+            if publish and self.checkpoints.wait(trial_id) and self.folder.checkpoint_file(trial_id).exists():
+                keep_once(tracker, self.folder.checkpoint_file(trial_id), "checkpoints")
+            tracker.close(status)
+
+        thread = threading.Thread(target=close, name=f"pvm-close-{trial_id}")
+        thread.start()
+        self._closing[trial_id] = thread
+
+    def _journal_checkpoints(self) -> None:
+        """Journal the checkpoints the writer thread has finished (the journal names only complete files)."""
+        for w in self.checkpoints.take_written():
+            if w.error:
+                self.folder.append("checkpoint_failed", trial=w.trial_id, step=w.step, reason=w.error)
+                self._notice(f"trial {w.trial_id}: checkpoint at step {w.step:,} not written: {w.error}")
+                continue
+            self.state.apply(self.folder.append("checkpoint", trial=w.trial_id, step=w.step, path=str(w.path),
+                                                best=w.best, metric=w.metric, seconds=round(w.seconds, 3)))
 
     def _keep_artifact(self, live: _Live, name: str, data: bytes, artifact_path: str | None) -> None:
         """A file the worker sent, kept in the trial's folder and logged to its run."""
@@ -357,9 +466,8 @@ class Driver:
         live = self.live.pop(trial_id, None)
         ts = self.state.trials[trial_id]
         if live is not None:
-            live.tracker.set_tags({"status_reason": reason, "sweep_status": status} if reason
-                                  else {"sweep_status": status})
-            live.tracker.close(FAILED if status == FAILED else "FINISHED")
+            live.tracker.set_tags({"status_reason": reason or "", "sweep_status": status})
+            self._close_run(live, FAILED if status == FAILED else "FINISHED", publish=status != FAILED)
         self.state.apply(self.folder.append("trial_ended", trial=trial_id, status=status, reason=reason, step=ts.step,
                                             metric=ts.metric))
         self.source.tell(trial_id, status, ts.metric)
@@ -370,17 +478,17 @@ class Driver:
     def _on_worker_lost(self, ev: WorkerLost) -> None:
         """A worker died (process killed, node gone): its trial goes back to the queue; start a replacement."""
         if ev.trial_id is not None:
+            self.checkpoints.wait(ev.trial_id)  # rare: the journal then names the checkpoint it continues from
+            self._journal_checkpoints()
             live = self.live.pop(ev.trial_id, None)
             if live is not None:
-                live.tracker.close("KILLED")  # reopened (same run) when the trial continues
+                self._close_run(live, "KILLED")  # reopened (same run) when the trial continues
             ts = self.state.trials[ev.trial_id]
             self.state.apply(self.folder.append("trial_lost", trial=ev.trial_id, reason=f"worker lost: {ev.reason}",
                                                 step=ts.step, checkpoint_step=ts.checkpoint_step))
             if not self._stopping():
                 self.queue.appendleft(ev.trial_id)
-        self._count_failure(f"worker {ev.index} on {ev.where} lost: {ev.reason}")
-        if not self._stopping():
-            self.executor.add_worker()
+        self._count_failure(f"worker {ev.index} on {ev.where} lost: {ev.reason}")  # _size_pool replaces it
 
     def _count_failure(self, what: str) -> None:
         self.session_failures += 1
@@ -406,9 +514,13 @@ class Driver:
         self.state.parent_run_id = self.parent.run_id
 
     def _shutdown(self) -> None:
+        self.checkpoints.close()  # every state handed over is on disk and journaled before the sweep ends
+        self._journal_checkpoints()
         for live in self.live.values():  # an unexpected error: close what is open
-            live.tracker.close("KILLED")
+            self._close_run(live, "KILLED")
         self.live.clear()
+        for thread in self._closing.values():
+            thread.join()
         self.executor.shutdown()
 
     def _outcome(self) -> SweepOutcome:
@@ -437,7 +549,8 @@ class Driver:
             trials=[self.trial_row(t) for t in self.trials], parent_run_id=self.parent.run_id,
             mlflow_uri=self.mlflow_uri, experiment=self.experiment, seconds=seconds, frames=self.frames,
             frames_per_s=self.frames / training_s if training_s > 0 else 0.0,
-            warm_start_s=sum(warm) / len(warm) if warm else None, workers=self.executor.summary())
+            warm_start_s=sum(warm) / len(warm) if warm else None, workers=self.executor.summary(),
+            longest_block_s=self.longest_block_s, longest_run_open_s=self.longest_run_open_s, checkpoints_dropped=self.checkpoints.dropped)
 
     def best(self) -> dict[str, Any] | None:
         done = [t for t in self.state.trials.values() if t.status == FINISHED and t.metric is not None
@@ -461,6 +574,10 @@ def run_sweep(sweep: SweepSpec, opts: DriverOptions, sweep_id: str | None = None
     trials = sweep.plan()
     connect(opts.address)
     tracking = {"mlflow_uri": opts.mlflow_uri or default_tracking_uri(), "experiment": opts.experiment or sweep.name}
+    try:  # GPUs asked for where none can ever come: one line before the sweep's folder exists
+        pool.decide(sweep.resources, cluster_resources(), local=opts.address is None)
+    except ValueError as exc:
+        raise SweepRunError(str(exc)) from None
     folder = SweepFolder.create(opts.root, sweep_id or new_sweep_id(sweep.name), sweep.to_dict(),
                                 [t.to_dict() for t in trials], tracking)
     driver = Driver(folder, sweep, trials, opts, folder.state())
@@ -472,9 +589,14 @@ def resume_sweep(sweep_id: str, opts: DriverOptions) -> SweepOutcome:
     folder = SweepFolder.open(opts.root, sweep_id)
     sweep = load_sweep(folder.definition()["sweep"])
     state = folder.state()
+    failed = [t for t, s in state.trials.items() if s.status == FAILED]
+    if opts.retry_failed:
+        for trial_id in failed:
+            state.apply(folder.append("trial_retry", trial=trial_id, after=state.trials[trial_id].reason))
     driver = Driver(folder, sweep, [Trial.from_dict(t) for t in folder.trials(state)], opts, state)
     if not (driver.queue or driver.source.remaining()):
-        raise SweepRunError(f"sweep {sweep_id} has no unfinished trials (it ended {state.status}); "
+        more = f"; {len(failed)} failed: rerun them with --retry-failed" if failed else ""
+        raise SweepRunError(f"sweep {sweep_id} has no unfinished trials (it ended {state.status}{more}); "
                             f"see pvm-dist sweep status {sweep_id}")
     for trial_dir in (folder.path / "trials").glob("*"):  # temp files of checkpoints written when it was killed
         checkpoint.remove_stale_temps(trial_dir)

@@ -1,7 +1,8 @@
 """The executor: everything of a sweep that talks to Ray. No MLflow, no journal, no decisions.
 
-It connects to the cluster (:func:`connect`), creates one :class:`~pvm_dist.sweep.worker.TrialWorker`
-actor per GPU (or CPU workers where the cluster has none), starts trials on them and feeds each
+It connects to the cluster (:func:`connect`), creates :class:`~pvm_dist.sweep.worker.TrialWorker` actors
+claiming what the pool's :class:`~pvm_dist.sweep.pool.Demand` says (the driver decides how many, and
+which to release), starts trials on them and feeds each
 running trial chunks of steps (:class:`~pvm_dist.sweep.scheduler.ChunkPlan`), two queued ahead so the
 device never waits for the driver. :meth:`Executor.poll` waits on the workers' calls and turns every
 result that is ready into a typed event: :class:`TrialStarted`, :class:`ChunkDone`,
@@ -21,9 +22,10 @@ import socket
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from pvm_dist.sweep.plan import SweepSpec, Trial
+from pvm_dist.sweep.pool import Demand
 from pvm_dist.sweep.scheduler import ChunkPlan
 from pvm_dist.sweep.worker import BackendUnavailable, TrialWorker
 
@@ -125,6 +127,15 @@ Event = TrialStarted | ChunkDone | FinalState | TrialError | EngineUnavailable |
 
 # ---- the executor -----------------------------------------------------------------------------------
 
+class PoolWorker(NamedTuple):
+    """A live worker as the pool sees it."""
+
+    index: int
+    up: bool  # placed on a node and described itself
+    idle: bool  # up, no trial, no calls left
+    busy: bool  # has a trial (its start may still be under way)
+
+
 @dataclasses.dataclass
 class _Call:
     ref: Any
@@ -146,6 +157,7 @@ class _Worker:
     submitted_to: int = 0  # the current trial's chunks are queued up to this step
     chunks: ChunkPlan | None = None  # where the current trial's chunks end
     dead: bool = False
+    retired: bool = False  # released by the pool (not a loss)
 
     @property
     def where(self) -> str:
@@ -158,27 +170,22 @@ class Executor:
     def __init__(self, sweep: SweepSpec, chunks: ChunkPlan) -> None:
         self.sweep, self.chunks = sweep, chunks
         self.workers: list[_Worker] = []
-        self.num_gpus = 0.0  # per worker
         self._worker_class: Any = None
 
     # ---- workers ----------------------------------------------------------------------------------
-    def start_workers(self, at_most: int) -> None:
-        """One worker per GPU the cluster has (else per ``cpus_per_actor`` CPUs), at most ``at_most``."""
+    def cluster_resources(self) -> dict[str, float]:
+        return cluster_resources()
+
+    def use(self, demand: Demand) -> None:
+        """Workers from now on claim what ``demand`` says (:mod:`pvm_dist.sweep.pool` decides it)."""
         import ray
 
-        res = self.sweep.resources
-        cluster = ray.cluster_resources()
-        if cluster.get("GPU", 0.0) >= res.gpus_per_actor:
-            count, self.num_gpus = int(cluster["GPU"] // res.gpus_per_actor), res.gpus_per_actor
-        else:
-            count = res.cpu_workers or max(1, int(cluster.get("CPU", 1.0) // res.cpus_per_actor))
-        self._worker_class = ray.remote(TrialWorker).options(num_gpus=self.num_gpus, num_cpus=res.cpus_per_actor,
+        self._worker_class = ray.remote(TrialWorker).options(num_gpus=demand.gpus, num_cpus=demand.cpus,
                                                              max_restarts=0)
-        for _ in range(min(count, at_most)):
-            self.add_worker()
 
     def add_worker(self) -> None:
-        """Start one more worker (a replacement for a lost one); it is idle once it has described itself."""
+        """Start one more worker; it waits in Ray until a node can place it, and is idle once it has
+        described itself."""
         handle = self._worker_class.remote()
         # describe() also builds the sweep's engine once, so a worker that cannot is known before any trial.
         self.workers.append(_Worker(len(self.workers), handle, handle.describe.remote(self.sweep.run.to_dict())))
@@ -186,6 +193,20 @@ class Executor:
     def idle_workers(self) -> list[int]:
         """Workers that are up, have no trial and no calls left of their last one."""
         return [w.index for w in self.workers if not w.dead and w.info and w.trial is None and not w.calls]
+
+    def retire(self, index: int) -> None:
+        """Release a worker the sweep no longer needs (idle, or not placed yet) so its node can scale down."""
+        import ray
+
+        w = self.workers[index]
+        w.dead = w.retired = True
+        with contextlib.suppress(Exception):  # already gone
+            ray.kill(w.handle)
+
+    def alive(self) -> list[PoolWorker]:
+        """Every worker not dead or retired."""
+        return [PoolWorker(w.index, w.info is not None, w.info is not None and w.trial is None and not w.calls,
+                           w.trial is not None) for w in self.workers if not w.dead]
 
     def workers_up(self) -> int:
         """How many workers are up and alive (0 for long: no node can host one)."""
@@ -197,7 +218,8 @@ class Executor:
 
     def summary(self) -> list[dict[str, Any]]:
         """Every worker this session started, for the sweep's outcome."""
-        return [{"index": w.index, "where": w.where, "dead": w.dead} for w in self.workers]
+        return [{"index": w.index, "where": w.where, "dead": w.dead and not w.retired, "retired": w.retired}
+                for w in self.workers]
 
     def shutdown(self) -> None:
         """Kill every worker actor: the sweep ended (or the driver failed)."""
@@ -366,6 +388,13 @@ def _loopback_node() -> Iterator[None]:
         yield
     finally:
         services.resolve_ip_for_localhost = original
+
+
+def cluster_resources() -> dict[str, float]:
+    """What the cluster holds now (it may grow: an autoscaler adds nodes for pending workers)."""
+    import ray
+
+    return dict(ray.cluster_resources())
 
 
 def _probe(address: str, timeout_s: float = 5.0) -> None:

@@ -8,8 +8,9 @@ A sweep lives in ``<root>/<sweep_id>/``:
 - ``search.optuna.log``: an adaptive search's Optuna study (its journal storage);
 - ``trials/<trial_id>/exploit.pvmckpt``: a PBT member's copy of its donor's checkpoint, between its
   ``exploit`` event and taking the place of its own;
-- ``trials/<trial_id>/checkpoint.pvmckpt``: each trial's latest checkpoint (atomic replace), and
-  ``trials/<trial_id>/pictures/``.
+- ``trials/<trial_id>/checkpoints/step_*.pvmckpt``: each trial's last few checkpoints and its best;
+  ``checkpoint.pvmckpt`` (the latest) and ``best.pvmckpt`` are hard links to two of them
+  (:mod:`pvm_dist.sweep.checkpoints`); ``trials/<trial_id>/pictures/``.
 
 Replaying the journal gives the state of every trial (:class:`SweepState`): that is how
 ``pvm-dist sweep resume`` continues after the driver died, and how ``pvm-dist sweep status`` reads a
@@ -84,6 +85,8 @@ class TrialState:
     step: int = 0  # last step reported
     logged: dict[int, tuple[int, dict[str, float]]] = dataclasses.field(default_factory=dict)  # step -> (ms, metrics)
     checkpoint_step: int = 0  # step of trials/<id>/checkpoint.pvmckpt (0: none)
+    best_step: int = 0  # step of trials/<id>/best.pvmckpt, the best checkpoint by the sweep metric
+    best_metric: float | None = None
     run_id: str | None = None  # its nested MLflow run
     metric: float | None = None  # the sweep metric at the last report
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -157,9 +160,13 @@ class SweepState:
             t.logged.setdefault(t.step, (int(now * 1000), t.metrics))  # the first report of a step (kept on restarts)
         elif kind == "checkpoint":
             t.checkpoint_step = int(ev["step"])
+            if ev.get("best"):
+                t.best_step, t.best_metric = int(ev["step"]), ev.get("metric")
         elif kind == "trial_lost":
             t.status, t.reason = PENDING, ev.get("reason")
             t.step = t.checkpoint_step
+        elif kind == "trial_retry":  # sweep resume --retry-failed: a FAILED trial runs again
+            t.status, t.reason, t.step = PENDING, None, t.checkpoint_step
         elif kind == "trial_ended":
             t.status, t.reason = ev["status"], ev.get("reason")
             t.step = int(ev.get("step", t.step))

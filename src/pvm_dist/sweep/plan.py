@@ -43,13 +43,13 @@ MAX_TRIAL_BYTES = 2 << 40
 RANDOM_KINDS = ("uniform", "loguniform", "randint", "choice")
 SEED_PARAM = "seed"
 #: Run settings a sweep file may give (every trial's RunConfig; pvm_dist.run.config has their meaning).
-RUN_KEYS = ("steps", "checkpoint_every", "metrics_every", "picture_every", "n_seq", "data", "data_path", "backend",
+RUN_KEYS = ("steps", "checkpoint_every", "keep_checkpoints", "metrics_every", "picture_every", "n_seq", "data", "data_path", "backend",
             "device", "readout", "readout_from", "readout_lr", "heldout", "heldout_steps", "animation_frames")
 #: Run settings that may also vary per trial, like spec keys.
 VARIED_RUN_KEYS = ("n_seq", "data", "steps")
 TOP_KEYS = ("name", "description", "spec", "vary", "samples", "seed", "overrides", "metric", "mode", *RUN_KEYS,
             "frames", "resources", "max_failures", "max_concurrent", "early_stopping", "search")
-_RESOURCE_KEYS = ("gpus_per_actor", "cpus_per_actor", "cpu_workers")
+_RESOURCE_KEYS = ("gpus_per_actor", "trials_per_gpu", "cpus_per_actor", "cpu_workers")
 _EARLY_STOPPING_KEYS = ("type", "grace_steps", "reduction_factor")
 #: Search types: adaptive ones ask Optuna for each trial as a worker frees up; the others plan every trial up front
 #: (pbt: its population, whose members then copy each other's checkpoints).
@@ -111,11 +111,21 @@ class Distribution:
 
 @dataclasses.dataclass(frozen=True)
 class Resources:
-    """What one worker actor claims; ``cpu_workers`` sizes a GPU-less cluster (None: decided at run time)."""
+    """What one worker actor claims (one worker runs one trial at a time).
 
-    gpus_per_actor: float = 1.0
+    ``gpus_per_actor`` (or ``trials_per_gpu``, its inverse) given: the sweep asks for GPUs and never runs on
+    CPU workers; neither given: GPU workers where the cluster has GPUs when the sweep starts, else CPU
+    workers. ``cpu_workers`` sizes a GPU-less pool (None: the cluster's CPUs / ``cpus_per_actor``).
+    """
+
+    gpus_per_actor: float | None = None
     cpus_per_actor: float = 1.0
     cpu_workers: int | None = None
+
+    @property
+    def wants_gpu(self) -> bool:
+        """Whether the sweep file asked for GPUs (then a GPU-less pool is an error, not a fallback)."""
+        return self.gpus_per_actor is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -453,9 +463,9 @@ def _run_config(c: _Checker, raw: Mapping[str, Any], bases: Mapping[str, Spec], 
                 checkpoint_every: int | None, metrics_every: int | None) -> RunConfig | None:
     """The run settings every trial shares; RunConfig's defaults for what the file leaves out."""
     values: dict[str, Any] = {"steps": steps, "checkpoint_every": checkpoint_every, "metrics_every": metrics_every}
-    for key in ("n_seq", "picture_every", "readout_from", "heldout_steps", "animation_frames"):
+    for key in ("n_seq", "keep_checkpoints", "picture_every", "readout_from", "heldout_steps", "animation_frames"):
         if key in raw:
-            values[key] = c.integer(key, raw[key], 1 if key == "n_seq" else 0)
+            values[key] = c.integer(key, raw[key], 1 if key in ("n_seq", "keep_checkpoints") else 0)
     for key in ("data", "data_path", "heldout", "device"):
         if raw.get(key) is not None:
             values[key] = c.text(key, raw[key])
@@ -765,8 +775,19 @@ def _resources(c: _Checker, raw: Any) -> Resources:
         c.add("resources", f"must be a mapping ({', '.join(_RESOURCE_KEYS)}), got {raw!r}")
         return Resources()
     c.known_keys("resources.", raw, _RESOURCE_KEYS)
+    gpus = raw.get("gpus_per_actor")
+    if gpus is not None:
+        gpus = c.positive_number("resources.gpus_per_actor", gpus)
+        if gpus is not None and gpus > 1 and gpus != int(gpus):
+            c.add("resources.gpus_per_actor", f"above 1 must be a whole number of GPUs, got {gpus:g}")
+    if raw.get("trials_per_gpu") is not None:
+        per_gpu = c.integer("resources.trials_per_gpu", raw["trials_per_gpu"], 1)
+        if "gpus_per_actor" in raw:
+            c.add("resources.trials_per_gpu", "give either trials_per_gpu or gpus_per_actor, not both")
+        elif per_gpu is not None:
+            gpus = 1.0 / per_gpu
     return Resources(
-        gpus_per_actor=c.positive_number("resources.gpus_per_actor", raw.get("gpus_per_actor", 1.0)),
+        gpus_per_actor=gpus,
         cpus_per_actor=c.positive_number("resources.cpus_per_actor", raw.get("cpus_per_actor", 1.0)),
         cpu_workers=c.optional_integer("resources.cpu_workers", raw.get("cpu_workers"), 1),
     )

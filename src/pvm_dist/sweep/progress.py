@@ -14,6 +14,7 @@ from pvm_dist.sweep.journal import FINAL_STATUSES, RUNNING, SweepState
 from pvm_dist.sweep.plan import trial_steps
 from pvm_dist.tracking.compare import short_name
 
+FAILED_SHOWN = 5  # failed trials whose reasons the table's caption shows
 STATUS_STYLE = {"RUNNING": "cyan", "FINISHED": "green", "STOPPED": "yellow", "FAILED": "red", "PENDING": "dim"}
 
 
@@ -52,9 +53,10 @@ def summary(state: SweepState, trials: list[dict[str, Any]], steps: int, metric:
             "driver": state.driver, "trials": rows(state, trials, steps)}
 
 
-def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str, title: str, to_ask: int = 0) -> Any:
-    """A rich Table of the trials, with the overall ETA in its caption; ``to_ask``: trials an adaptive search has
-    still to ask for (not in ``trials`` yet)."""
+def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: str, title: str, to_ask: int = 0,
+          waiting: str | None = None) -> Any:
+    """A rich Table of the trials; its caption: the overall ETA, why trials failed, what the sweep waits for;
+    ``to_ask``: trials an adaptive search has still to ask for (not in ``trials`` yet)."""
     from rich.table import Table
 
     varied_keys: list[str] = []
@@ -71,8 +73,15 @@ def table(state: SweepState, trials: list[dict[str, Any]], steps: int, metric: s
                     f"{r['step']:,}/{r['steps']:,}", _fmt(r["frames_per_s"], ",.0f"), _fmt(r["metric"], ".4g"),
                     _duration(r["eta_s"]), r["where"])
     done = sum(1 for t in state.trials.values() if t.status in FINAL_STATUSES)
-    tab.caption = (f"{done}/{len(trials) + to_ask} trials done · failures {state.failures} · "
-                   f"overall ETA {_duration(overall_eta(state, trials, steps))}")
+    lines = [f"{done}/{len(trials) + to_ask} trials done · failures {state.failures} · "
+             f"overall ETA {_duration(overall_eta(state, trials, steps))}"]
+    failed = [t for t in state.trials.values() if t.status == "FAILED"]
+    lines += [f"[red]{t.trial_id} failed[/red]: {t.reason}" for t in failed[:FAILED_SHOWN]]
+    if len(failed) > FAILED_SHOWN:
+        lines.append(f"and {len(failed) - FAILED_SHOWN} more failed (pvm-dist sweep status --json)")
+    if waiting:
+        lines.append(f"[yellow]{waiting}[/yellow]")
+    tab.caption = "\n".join(lines)
     return tab
 
 

@@ -1,13 +1,15 @@
 """The trial worker: a Ray actor that owns one GPU (or some CPUs) and runs trials on it in chunks.
 
-The driver creates one per GPU with ``num_gpus=1``. A trial is a :class:`~pvm_dist.run.session.Session`
+The driver creates one per GPU with ``num_gpus=1`` (or 1/k with ``trials_per_gpu: k``; a trial that does
+not fit its share of the device fails before it allocates). A trial is a :class:`~pvm_dist.run.session.Session`
 built from the trial's :class:`~pvm_dist.run.config.RunConfig`, so it gets everything a local run has:
 metrics against the baseline, readout training on labelled data, pictures, the animation and the
 held-out score. The worker keeps its data sources (decoded frames, the synthetic generators) between
 trials, so starting the next trial costs only building the engine and, for a resumed trial, loading
 its state; :meth:`TrialWorker.start` measures that cost.
 
-A chunk (:meth:`TrialWorker.advance`) trains a number of steps and returns the interval's metrics and,
+A chunk (:meth:`TrialWorker.advance`) trains a number of steps and returns the interval's metrics (with its GPU's
+``system/`` figures, :mod:`pvm_dist.sweep.gpu_metrics`) and,
 when asked, the run state (for the driver to keep as the trial's checkpoint), a picture (PNG bytes)
 and, at the trial's last step, the animation (GIF bytes) and held-out scores. State travels through
 Ray's object store, so workers need no shared filesystem. A diverging trial raises ``RunDiverged``.
@@ -28,14 +30,22 @@ import cv2
 
 from pvm_dist.data import FrameSource, make_source
 from pvm_dist.engine import build_engine
+from pvm_dist.engine.native import build_info
 from pvm_dist.model.spec import load_spec
+from pvm_dist.model.topology import build_topology
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.evaluate import score_heldout
 from pvm_dist.run.session import Session
 from pvm_dist.run.state import RunState
+from pvm_dist.sweep.gpu_metrics import Sampler, gpu_sampler
+from pvm_dist.sweep.pool import memory_problem, trial_device_bytes
 
 #: Data sources a worker keeps between trials (least recently used dropped first).
 SOURCES_KEPT = 4
+
+
+class TrialTooLarge(RuntimeError):
+    """The trial does not fit its share of the GPU (several trials per GPU): it fails before allocating."""
 
 
 class BackendUnavailable(RuntimeError):
@@ -50,6 +60,7 @@ class TrialWorker:
         self._session: Session | None = None
         self._trial_id = ""
         self.trials_started = 0
+        self._gpu_sampler: Sampler | None = None  # set by describe() on a GPU worker with NVML
 
     def describe(self, config: dict[str, Any] | None = None) -> dict[str, Any]:
         """Where this worker runs (node, host, pid, Ray's GPU ids) and, given a run config, which engine
@@ -61,6 +72,7 @@ class TrialWorker:
         out: dict[str, Any] = {"node": ctx.get_node_id()[:12], "host": socket.gethostname(), "pid": os.getpid(),
                                "actor": ctx.get_actor_id()[:12] if ctx.get_actor_id() else None,
                                "gpus": [str(g) for g in ray.get_gpu_ids()], "package": package}
+        self._gpu_sampler = gpu_sampler(out["gpus"])
         if config is not None:
             cfg = RunConfig.from_dict(config)
             try:  # the smallest model on the run's backend and device: the check costs no memory to speak of
@@ -81,6 +93,7 @@ class TrialWorker:
         warm = self.trials_started > 0
         self._session = None  # free the previous trial's device memory before allocating the next
         cfg = RunConfig.from_dict(config)
+        _check_device_memory(cfg)
         run_state = RunState.from_dict(state) if state is not None else None
         session = Session(cfg, run_state, source=self._source(cfg))
         self._session, self._trial_id = session, trial_id
@@ -100,6 +113,8 @@ class TrialWorker:
         session.advance(n_steps)
         out: dict[str, Any] = {"step": session.step, "metrics": session.take_metrics() if n_steps else {},
                                "seconds": time.perf_counter() - t0}
+        if n_steps and self._gpu_sampler is not None:
+            out["metrics"].update(self._gpu_sampler())
         state = session.state() if want_state or session.step >= session.config.steps else None
         if want_state:
             out["state"] = state.to_dict()
@@ -128,3 +143,20 @@ class TrialWorker:
         while len(self._sources) > SOURCES_KEPT:
             self._sources.popitem(last=False)
         return source
+
+
+def _check_device_memory(cfg: RunConfig) -> None:
+    """On a GPU, check the trial's memory against this actor's share of the device before it allocates."""
+    import ray
+
+    if cfg.backend == "reference" or (cfg.device or "cuda").startswith("cpu"):
+        return
+    devices = build_info().get("devices") or []
+    index = int(cfg.device.split(":")[1]) if cfg.device and ":" in cfg.device else 0
+    if index >= len(devices):
+        return  # no GPU visible: the engine runs on the CPU
+    share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 1.0)) or 1.0
+    need = trial_device_bytes(build_topology(cfg.spec), cfg.n_seq)
+    problem = memory_problem(need, int(devices[index]["total_memory_bytes"]), share)
+    if problem:
+        raise TrialTooLarge(problem)
