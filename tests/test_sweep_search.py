@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import cv2
 import mlflow
 import numpy as np
 import optuna
@@ -316,7 +317,24 @@ def test_the_worst_member_copies_the_best_bit_for_bit_with_explored_values(tmp_p
     assert run.data.tags["pbt_exploits"] == str(sum(e["trial"] == first["trial"] for e in exploits))
     assert '"donor": "%s"' % first["donor"] in run.data.tags["pbt_lineage"]
     parent = client.list_artifacts(d.state.parent_run_id)
-    assert "pbt_lineage.json" in {a.path for a in parent}
+    assert {"pbt_lineage.json", "pbt_population.png"} <= {a.path for a in parent}
+    picture = cv2.imread(str(d.folder.path / "pbt_population.png"))
+    assert picture is not None and picture.shape[0] > 100 and picture.std() > 0  # drawn, not blank
+
+
+def test_the_population_picture_needs_a_reported_metric(tmp_path):
+    from pvm_dist.sweep.journal import SweepState, TrialState
+    from pvm_dist.sweep.lineage import population_history
+
+    state = SweepState(trials={})
+    state.trials["t000"] = TrialState("t000")
+    assert population_history(state, "ratio_two_step", tmp_path / "p.png") is None
+    state.trials["t000"].logged = {100: (0, {"ratio_two_step": 2.0}), 200: (0, {"ratio_two_step": 1.5})}
+    state.trials["t001"] = TrialState("t001")
+    state.trials["t001"].logged = {100: (0, {"ratio_two_step": 3.0})}
+    state.exploits.append({"trial": "t001", "donor": "t000", "step": 100, "at_step": 100, "values": {"lr": 0.1}})
+    assert population_history(state, "ratio_two_step", tmp_path / "p.png") == tmp_path / "p.png"
+    assert cv2.imread(str(tmp_path / "p.png")) is not None
 
 
 def test_a_driver_dying_right_after_an_exploit_resumes_the_population(tmp_path, mlflow_uri, engines):

@@ -54,6 +54,7 @@ from pvm_dist.sweep.journal import (
     new_sweep_id,
 )
 from pvm_dist.sweep import pool
+from pvm_dist.sweep.lineage import population_history
 from pvm_dist.sweep.pool import Demand
 from pvm_dist.sweep.checkpoints import BEST, CheckpointStore
 from pvm_dist.sweep.plan import SweepSpec, Trial, load_sweep
@@ -536,6 +537,9 @@ class Driver:
         st.status, st.reason = status, reason
         if self.state.exploits:
             self.parent.log_dict(self.state.exploits, "pbt_lineage.json")
+            picture = population_history(self.state, self.sweep.metric, self.folder.path / "pbt_population.png")
+            if picture is not None:
+                self.parent.log_artifact(picture)
         sync_paths([self.folder.path / "trials"])  # trial runs that ended while MLflow was away
         if best is not None:
             self.parent.log_metrics({f"best_{self.sweep.metric}": best["metric"]}, step=self.sweep.steps)
