@@ -26,7 +26,7 @@ from pvm_dist.io import checkpoint
 mlflow = pytest.importorskip("mlflow")
 
 STEPS = 400
-TRAIN = ["--n-seq", "4", "--checkpoint-every", "50", "--metrics-every", "50", "--picture-every", "0",
+TRAIN = ["--spec", "tiny", "--n-seq", "4", "--checkpoint-every", "50", "--metrics-every", "50", "--picture-every", "0",
          "--heldout-steps", "20", "--keep", "3", "-q", "-O", "delay_each_layer_learning=10"]
 N_RANDOM_KILLS = 20  # under --slow (seeded); the default runs two
 

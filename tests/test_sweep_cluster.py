@@ -50,10 +50,13 @@ def options(tmp_path, address: str, **fields):
                          no_worker_timeout_s=240, **fields)
 
 
-def test_gpu_sweep_waits_for_autoscaled_gpu_nodes_and_never_runs_on_the_head(cluster, tmp_path):
+def test_gpu_sweep_waits_for_autoscaled_gpu_nodes_and_never_runs_on_the_head(cluster, tmp_path, monkeypatch):
     import ray
 
+    from pvm_dist.sweep import driver
     from pvm_dist.sweep.driver import run_sweep
+
+    monkeypatch.setattr(driver, "WAIT_NOTICE_S", 0.0)  # announce the wait however fast the fake autoscaler is
 
     assert "GPU" not in ray.cluster_resources()  # nothing to place a GPU worker on yet
     notices: list[str] = []

@@ -388,6 +388,9 @@ class Driver:
         """PBT: the member's copy of the donor's checkpoint is staged, the exploit journaled, the copy put in place
         of the member's checkpoint, and the member queued to continue from it with its new values."""
         assert decision.donor is not None and decision.values is not None
+        for written in (decision.donor, trial_id):  # on disk and journaled first: the copy is the donor's latest,
+            self.checkpoints.wait(written)  # and no queued write of the member's lands over it afterwards
+        self._journal_checkpoints()
         live, ts = self.live.pop(trial_id), self.state.trials[trial_id]
         trial = self.sweep.make_trial(trial_id, live.trial.spec, decision.values)
         config = self.sweep.trial_config(trial).replace(track=True, mlflow_uri=self.mlflow_uri,
