@@ -50,6 +50,15 @@ def cli_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "pvm_dist.cli.main"]
 
 
+@pytest.fixture
+def mlflow_offline_env(monkeypatch):
+    """Fast failure against a dead server, and no tracking URI leaking in from the environment."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("PVM_MLFLOW_URI", raising=False)
+
+
 def native_cuda_available() -> bool:
     """True when the native module is built with CUDA and sees a GPU."""
     from pvm_dist.engine.native import build_info

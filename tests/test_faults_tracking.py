@@ -14,12 +14,7 @@ from mlflow import MlflowClient  # noqa: E402
 from pvm_dist.tracking.tracker import Tracker  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _mlflow_env(monkeypatch):
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("PVM_MLFLOW_URI", raising=False)
+pytestmark = pytest.mark.usefixtures("mlflow_offline_env")
 
 
 def runs_of(uri: str, experiment: str) -> list:

@@ -30,13 +30,7 @@ Tracker = tracking.Tracker
 TrackingWarning = tracking.TrackingWarning
 
 
-@pytest.fixture(autouse=True)
-def _mlflow_env(monkeypatch):
-    """Fast failure against a dead server, and no tracking URI leaking in from the environment."""
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("PVM_MLFLOW_URI", raising=False)
+pytestmark = pytest.mark.usefixtures("mlflow_offline_env")
 
 
 def _our_warnings(caught) -> list:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pvm_dist.sweep.journal import SweepState
+from pvm_dist.tracking.figures import pyplot, save_figure
 
 
 def population_history(state: SweepState, metric: str, path: Path) -> Path | None:
@@ -22,10 +23,7 @@ def population_history(state: SweepState, metric: str, path: Path) -> Path | Non
             curves[trial_id] = points
     if not curves:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
     colours: dict[str, Any] = {}
@@ -50,12 +48,7 @@ def population_history(state: SweepState, metric: str, path: Path) -> Path | Non
     ax.set_title(f"PBT population: {metric}; arrows: a member copies a donor ({len(state.exploits)} exploits)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _value_at(points: list[tuple[int, float]], step: int) -> float | None:

@@ -15,6 +15,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pvm_dist.tracking.figures import pyplot, save_figure
+
 #: Metrics where a larger value is better; every other metric sorts ascending (errors, ratios).
 HIGHER_IS_BETTER_HINTS = ("iou", "hit", "per_s", "fps")
 DEFAULT_METRIC = "ratio_two_step"
@@ -201,10 +203,7 @@ def comparison(uri: str, experiment: str, metric: str = DEFAULT_METRIC, descendi
 
 def plot_curves(uri: str, run_ids: list[str], names: list[str], metric: str, path: Path) -> Path:
     """Learning curves (metric against step) of the given runs, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     client = _client(uri)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
@@ -220,9 +219,4 @@ def plot_curves(uri: str, run_ids: list[str], names: list[str], metric: str, pat
     ax.grid(alpha=0.3)
     if run_ids:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
