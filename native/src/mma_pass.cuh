@@ -22,11 +22,15 @@
 namespace pvm {
 namespace kernels {
 
-constexpr int kMmaWarps = 4;                       // a block: 4 warps, each 16 rows of one unit
-constexpr int kMmaThreads = kMmaWarps * kWarp;     // 128
-constexpr int kMmaRows = 16 * kMmaWarps;           // at most 64 rows per block
-constexpr int kMmaSteps = 4;                       // 8-column k-steps per staged chunk
-constexpr int kMmaCols = 8 * kMmaSteps;            // 32 columns per chunk
+// A block: 4 row tiles of 16 rows (64 rows of one unit) x kMmaSlots column slots, a warp each. Slot c
+// takes the 8-column steps c, c + kMmaSlots, ... of every staged chunk, so a unit's rows are read by
+// 4 * kMmaSlots warps (4 warps per block left 8 warps per SM: 236 us for small's W0 pass at n_seq 8).
+constexpr int kMmaTiles = 4, kMmaSlots = 2;
+constexpr int kMmaThreads = kMmaTiles * kMmaSlots * kWarp;  // 256
+constexpr int kMmaRows = 16 * kMmaTiles;                    // at most 64 rows per block
+constexpr int kMmaSteps = 4;                                // 8-column k-steps per staged chunk
+constexpr int kMmaWarpSteps = kMmaSteps / kMmaSlots;        // of them, per warp
+constexpr int kMmaCols = 8 * kMmaSteps;                     // 32 columns per chunk
 constexpr int kMmaStride = kMmaCols + 8;           // staged row stride: conflict-free fragment reads
 
 __device__ __forceinline__ uint32_t tf32(float v) {
@@ -63,11 +67,12 @@ __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const Split (&a)[4], c
 // Blocks listed by the host as (unit, first row, end row), at most kMmaRows rows; NS a multiple of 8
 // with n_seq <= NS (spare sequences staged as zeros with lr*delta 0: they add nothing).
 template <class Row, int NS>
-__global__ void __launch_bounds__(kMmaThreads) weight_pass_mma(StepArgs a, const int32_t* __restrict__ blocks) {
+__global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma(StepArgs a, const int32_t* __restrict__ blocks) {
     static_assert(NS % 8 == 0 && NS >= 8, "sequences in tiles of 8");
     constexpr int NT = NS / 8;  // sequence tiles
     __shared__ __align__(16) float xs[2][2][NS][kMmaStride];  // [stage][0: x(s), 1: x(s-2)][sequence][column]
     const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
+    const int tile = warp % kMmaTiles, slot = warp / kMmaTiles;
     const int g = lane / 4, t = lane % 4;
     const int64_t u = blocks[3 * blockIdx.x];
     const int r_begin = blocks[3 * blockIdx.x + 1], r_end = blocks[3 * blockIdx.x + 2];
@@ -76,7 +81,7 @@ __global__ void __launch_bounds__(kMmaThreads) weight_pass_mma(StepArgs a, const
     const int n = static_cast<int>(a.n_seq);
     const int64_t len = Row::length(a, u), first = Row::first_row(a, u);
     // This lane's two rows (g and g+8 of the warp's 16); a row past the block's end reads zeros, writes nothing.
-    const int lr0 = r_begin + 16 * warp + g, lr1 = lr0 + 8;
+    const int lr0 = r_begin + 16 * tile + g, lr1 = lr0 + 8;
     const bool live0 = lr0 < r_end, live1 = lr1 < r_end;
     float* __restrict__ W0 = a.weights + Row::weight_base(a, first + (live0 ? lr0 : r_begin), u, len);
     float* __restrict__ V0 = a.velocity + (W0 - a.weights);
@@ -105,22 +110,23 @@ __global__ void __launch_bounds__(kMmaThreads) weight_pass_mma(StepArgs a, const
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-    // W and V of a chunk in the accumulator layout: [step][0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)].
-    float w_next[kMmaSteps][4], v_next[kMmaSteps][4];
+    // W and V of this warp's steps of a chunk in the accumulator layout:
+    // [step][0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)], step kk at columns 8 * (slot + kMmaSlots * kk).
+    float w_next[kMmaWarpSteps][4], v_next[kMmaWarpSteps][4];
     auto fetch = [&](int64_t c0, int stage) {
         const int width = static_cast<int>(len - c0 < kMmaCols ? len - c0 : kMmaCols);
 #pragma unroll
-        for (int k = 0; k < kMmaSteps; ++k)
+        for (int k = 0; k < kMmaWarpSteps; ++k)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int c = 8 * k + 2 * t + (e % 2);
+                const int c = 8 * (slot + kMmaSlots * k) + 2 * t + (e % 2);
                 const bool ok = c < width && (e < 2 ? live0 : live1);
                 const float* Wp = e < 2 ? W0 : W1;
                 const float* Vp = e < 2 ? V0 : V1;
                 w_next[k][e] = ok ? Wp[c0 + c] : 0.0f;
                 v_next[k][e] = ok ? Vp[c0 + c] : 0.0f;
             }
-        // Thread (row h, column c) stages column c of sequences h, h + 4, ... of both steps.
+        // Thread (row h, column c) stages column c of sequences h, h + kPass, ... of both steps.
         const int col = static_cast<int>(threadIdx.x % kMmaCols), seq0 = static_cast<int>(threadIdx.x / kMmaCols);
         constexpr int kPass = kMmaThreads / kMmaCols;
 #pragma unroll 4
@@ -137,9 +143,9 @@ __global__ void __launch_bounds__(kMmaThreads) weight_pass_mma(StepArgs a, const
     int stage = 0;
     for (int64_t c0 = 0; c0 < len; c0 += kMmaCols, stage ^= 1) {
         const int width = static_cast<int>(len - c0 < kMmaCols ? len - c0 : kMmaCols);
-        float w[kMmaSteps][4], v[kMmaSteps][4];
+        float w[kMmaWarpSteps][4], v[kMmaWarpSteps][4];
 #pragma unroll
-        for (int k = 0; k < kMmaSteps; ++k)
+        for (int k = 0; k < kMmaWarpSteps; ++k)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 w[k][e] = w_next[k][e];
@@ -153,22 +159,23 @@ __global__ void __launch_bounds__(kMmaThreads) weight_pass_mma(StepArgs a, const
         }
         __syncthreads();
 #pragma unroll
-        for (int k = 0; k < kMmaSteps; ++k) {
+        for (int k = 0; k < kMmaWarpSteps; ++k) {
+            const int col0 = 8 * (slot + kMmaSlots * k);
             // Forward: A = W (k index t: column 2t, t+4: column 2t+1), B = x(s)[sequence 8j+g][those columns].
             const Split wa[4] = {split(w[k][0]), split(w[k][2]), split(w[k][1]), split(w[k][3])};
             float grad[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
-                const float2 xv = *reinterpret_cast<const float2*>(&xs[stage][0][8 * j + g][8 * k + 2 * t]);
+                const float2 xv = *reinterpret_cast<const float2*>(&xs[stage][0][8 * j + g][col0 + 2 * t]);
                 const Split xb[2] = {split(xv.x), split(xv.y)};
                 mma_3xtf32(acc[j], wa, xb);
                 // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequence 8j+t, 8j+t+4][column 8k+g].
-                const Split ob[2] = {split(xs[stage][1][8 * j + t][8 * k + g]), split(xs[stage][1][8 * j + t + 4][8 * k + g])};
+                const Split ob[2] = {split(xs[stage][1][8 * j + t][col0 + g]), split(xs[stage][1][8 * j + t + 4][col0 + g])};
                 mma_3xtf32(grad, ld[j], ob);
             }
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int c = 8 * k + 2 * t + (e % 2);
+                const int c = col0 + 2 * t + (e % 2);
                 if (c >= width || !(e < 2 ? live0 : live1)) continue;
                 float* Wp = e < 2 ? W0 : W1;
                 float* Vp = e < 2 ? V0 : V1;
@@ -183,6 +190,17 @@ __global__ void __launch_bounds__(kMmaThreads) weight_pass_mma(StepArgs a, const
         }
         __syncthreads();  // xs[stage] is refilled two chunks on
     }
+    // The forward sums of the two slots, slot 0's plus slot 1's (a fixed order), through the free staging buffer.
+    static_assert(kMmaSlots == 2, "the sums of two slots are combined");
+    static_assert(kMmaTiles * NT * 4 * kWarp <= 2 * 2 * NS * kMmaStride, "the partial sums fit the staging buffer");
+    float* part = &xs[0][0][0][0] + tile * (NT * 4 * kWarp);
+    if (slot == 1)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[(j * 4 + e) * kWarp + lane] = acc[j][e];
+    __syncthreads();
+    if (slot == 1) return;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -190,7 +208,8 @@ __global__ void __launch_bounds__(kMmaThreads) weight_pass_mma(StepArgs a, const
             const int q = 8 * j + 2 * t + (e % 2);
             const bool row_ok = e < 2 ? live0 : live1;
             if (q < n && row_ok)
-                *Row::output(a, cur, q, first + (e < 2 ? lr0 : lr1), u) = activation(acc[j][e], a.polynomial);
+                *Row::output(a, cur, q, first + (e < 2 ? lr0 : lr1), u) =
+                    activation(__fadd_rn(acc[j][e], part[(j * 4 + e) * kWarp + lane]), a.polynomial);
         }
 }
 
