@@ -59,7 +59,9 @@ void launch_multi(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, in
 
 template <int NS>
 void launch_mma(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
-    weight_pass_mma<RowW0, NS><<<static_cast<unsigned>(n_blocks), kMmaThreads>>>(a, blocks);
+    constexpr size_t bytes = mma_shared_bytes<NS>();
+    CHECK(cudaFuncSetAttribute(weight_pass_mma<RowW0, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    weight_pass_mma<RowW0, NS><<<static_cast<unsigned>(n_blocks), kMmaThreads, bytes>>>(a, blocks);
 }
 
 void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, int64_t n) {
@@ -174,7 +176,7 @@ int main(int argc, char** argv) {
                 8.0 * L.n_weights / 1e6, copy_bw / 1e12);
     bool ok = true;
     const Version multi{"weight_pass_multi (FMA)", 8, launch_multi, 1e-6},
-        mma{"weight_pass_mma (3xTF32)", kMmaRows, launch_mma_bucket, 1e-6};
+        mma{"weight_pass_mma (3xTF32)", kMmaRows, launch_mma_bucket, 2e-6};  // TF32 pairs keep 22 of 24 bits
     for (int64_t n : seqs) {
         if (n <= 16) ok &= check_and_time(L, n, copy_bw, multi);
         ok &= check_and_time(L, n, copy_bw, mma);

@@ -69,14 +69,33 @@ void launch_multi(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels:
     PVM_CUDA_CHECK_LAUNCH();
 }
 
-// The tensor-core pass (8 <= n <= 64 sequences) in the bucket of 8, 16, 32 or 64 sequences.
+// The tensor-core pass (8 <= n <= 64 sequences) in the bucket of 8, 16, 32 or 64 sequences:
+// f(std::integral_constant<int, NS>).
+template <class F>
+void by_mma_bucket(int64_t n, F&& f) {
+    if (n <= 8) return f(std::integral_constant<int, 8>{});
+    if (n <= 16) return f(std::integral_constant<int, 16>{});
+    if (n <= 32) return f(std::integral_constant<int, 32>{});
+    return f(std::integral_constant<int, 64>{});
+}
+
+// Lets the pass of n sequences have its dynamic shared memory (over the 48 KB default); once per engine.
+template <class Row>
+void allow_mma_shared(int64_t n) {
+    by_mma_bucket(n, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::weight_pass_mma<Row, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kernels::mma_shared_bytes<NS>())));
+    });
+}
+
 template <class Row>
 void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, cudaStream_t stream) {
-    const unsigned grid = static_cast<unsigned>(blocks.size() / 3);
-    if (n <= 8) kernels::weight_pass_mma<Row, 8><<<grid, kernels::kMmaThreads, 0, stream>>>(a, blocks.data());
-    else if (n <= 16) kernels::weight_pass_mma<Row, 16><<<grid, kernels::kMmaThreads, 0, stream>>>(a, blocks.data());
-    else if (n <= 32) kernels::weight_pass_mma<Row, 32><<<grid, kernels::kMmaThreads, 0, stream>>>(a, blocks.data());
-    else kernels::weight_pass_mma<Row, 64><<<grid, kernels::kMmaThreads, 0, stream>>>(a, blocks.data());
+    by_mma_bucket(n, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        kernels::weight_pass_mma<Row, NS><<<static_cast<unsigned>(blocks.size() / 3), kernels::kMmaThreads,
+                                            kernels::mma_shared_bytes<NS>(), stream>>>(a, blocks.data());
+    });
     PVM_CUDA_CHECK_LAUNCH();
 }
 
@@ -147,6 +166,8 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         w1_rows_ = DeviceBuffer<int32_t>(row_blocks(
             t.n_units, kernels::kMmaRows, [&](int64_t u) { return t.outputs(u); },
             [&](int64_t u) { return t.hidden_len(u); }));
+        allow_mma_shared<kernels::RowW0>(n);
+        allow_mma_shared<kernels::RowW1>(n);
     } else if (n > 1 && n <= kFusedSeqs) {
         const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w0_rows_ = DeviceBuffer<int32_t>(row_blocks(

@@ -64,34 +64,45 @@ __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const Split (&a)[4], c
     mma_tf32(d, ah, bh);
 }
 
+// Shared memory of one block: kMmaStages stages, each W and V of the chunk ([row][column], the block's
+// 64 rows) and the inputs x(s), x(s-2) of every sequence ([sequence][column]); rows of kMmaStride floats.
+constexpr int kMmaStages = 3;
+template <int NS>
+__host__ __device__ constexpr int mma_stage_floats() { return (2 * kMmaRows + 2 * NS) * kMmaStride; }
+template <int NS>
+__host__ __device__ constexpr size_t mma_shared_bytes() { return sizeof(float) * kMmaStages * mma_stage_floats<NS>(); }
+
 // Blocks listed by the host as (unit, first row, end row), at most kMmaRows rows; NS a multiple of 8
-// with n_seq <= NS (spare sequences staged as zeros with lr*delta 0: they add nothing).
+// with n_seq <= NS (spare sequences staged as zeros with lr*delta 0: they add nothing). Launched with
+// mma_shared_bytes<NS>() of dynamic shared memory. Chunks of kMmaCols columns stream through
+// kMmaStages stages (cp.async): chunk i+2's W, V and inputs are in flight while chunk i is computed
+// (W and V loaded into registers one chunk ahead left the pass latency-bound: 190-220 us for small's
+// W0 at 4-32 sequences, 1.1 TB/s).
 template <class Row, int NS>
 __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma(StepArgs a, const int32_t* __restrict__ blocks) {
     static_assert(NS % 8 == 0 && NS >= 8, "sequences in tiles of 8");
     constexpr int NT = NS / 8;  // sequence tiles
-    __shared__ __align__(16) float xs[2][2][NS][kMmaStride];  // [stage][0: x(s), 1: x(s-2)][sequence][column]
+    extern __shared__ __align__(16) float smem[];
     const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
     const int tile = warp % kMmaTiles, slot = warp / kMmaTiles;
     const int g = lane / 4, t = lane % 4;
     const int64_t u = blocks[3 * blockIdx.x];
-    const int r_begin = blocks[3 * blockIdx.x + 1], r_end = blocks[3 * blockIdx.x + 2];
+    const int r_begin = blocks[3 * blockIdx.x + 1], r_end = blocks[3 * blockIdx.x + 2], rows = r_end - r_begin;
     const int64_t s = *a.step;
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     const int n = static_cast<int>(a.n_seq);
     const int64_t len = Row::length(a, u), first = Row::first_row(a, u);
-    // This lane's two rows (g and g+8 of the warp's 16); a row past the block's end reads zeros, writes nothing.
-    const int lr0 = r_begin + 16 * tile + g, lr1 = lr0 + 8;
-    const bool live0 = lr0 < r_end, live1 = lr1 < r_end;
-    float* __restrict__ W0 = a.weights + Row::weight_base(a, first + (live0 ? lr0 : r_begin), u, len);
-    float* __restrict__ V0 = a.velocity + (W0 - a.weights);
-    float* __restrict__ W1 = a.weights + Row::weight_base(a, first + (live1 ? lr1 : r_begin), u, len);
-    float* __restrict__ V1 = a.velocity + (W1 - a.weights);
+    float* __restrict__ W = a.weights + Row::weight_base(a, first + r_begin, u, len);  // the block's rows, len apart
+    float* __restrict__ V = a.velocity + (W - a.weights);
     const float* __restrict__ in = Row::input(a, cur, 0, u);
     const float* __restrict__ in_old = Row::input(a, old, 0, u);
     const int64_t stride = Row::input(a, cur, 1, u) - in;
     const float lr = a.unit_lr[u], mu = a.unit_mu[u], inv_n = 1.0f / static_cast<float>(n);
     const bool active = !(lr == 0.0f && mu == 0.0f);
+    // This lane's two rows within the block (g and g+8 of the warp's 16); a row past the block's end
+    // computes on whatever its shared rows hold and writes nothing (rows of a product do not mix).
+    const int lr0 = 16 * tile + g, lr1 = lr0 + 8;
+    const bool live0 = lr0 < rows, live1 = lr1 < rows;
 
     // The update's A operand, lr*delta[row, sequence], split once: (g, 8j+t), (g+8, 8j+t), (g, 8j+t+4), (g+8, 8j+t+4).
     Split ld[NT][4];
@@ -101,7 +112,7 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         for (int e = 0; e < 4; ++e) {
             const int q = 8 * j + t + (e >= 2 ? 4 : 0);
             const bool row_ok = (e % 2 == 0) ? live0 : live1;
-            const int64_t r = first + ((e % 2 == 0) ? lr0 : lr1);
+            const int64_t r = first + r_begin + ((e % 2 == 0) ? lr0 : lr1);
             ld[j][e] = split(q < n && row_ok ? Row::lr_delta(a, q, r, u) : 0.0f);
         }
     float acc[NT][4];  // forward sums: (row g, sequence 8j+2t), (g, 8j+2t+1), (g+8, 8j+2t), (g+8, 8j+2t+1)
@@ -110,90 +121,87 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-    // W and V of this warp's steps of a chunk in the accumulator layout:
-    // [step][0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)], step kk at columns 8 * (slot + kMmaSlots * kk).
-    float w_next[kMmaWarpSteps][4], v_next[kMmaWarpSteps][4];
-    auto fetch = [&](int64_t c0, int stage) {
-        const int width = static_cast<int>(len - c0 < kMmaCols ? len - c0 : kMmaCols);
-#pragma unroll
-        for (int k = 0; k < kMmaWarpSteps; ++k)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int c = 8 * (slot + kMmaSlots * k) + 2 * t + (e % 2);
-                const bool ok = c < width && (e < 2 ? live0 : live1);
-                const float* Wp = e < 2 ? W0 : W1;
-                const float* Vp = e < 2 ? V0 : V1;
-                w_next[k][e] = ok ? Wp[c0 + c] : 0.0f;
-                v_next[k][e] = ok ? Vp[c0 + c] : 0.0f;
+    const int64_t n_chunks = (len + kMmaCols - 1) / kMmaCols;
+    // Chunk i into stage i % kMmaStages: W, V of the live rows (columns past the row's end as zeros: the
+    // forward would multiply them), then the inputs (sequences past n_seq as zeros). Always commits a group.
+    const int col = static_cast<int>(threadIdx.x % kMmaCols), lane_row = static_cast<int>(threadIdx.x / kMmaCols);
+    constexpr int kPass = kMmaThreads / kMmaCols;
+    auto fetch = [&](int64_t i) {
+        if (i < n_chunks) {
+            float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>();
+            const int64_t c0 = i * kMmaCols;
+            const bool col_ok = c0 + col < len;
+            for (int r = lane_row; r < rows; r += kPass) {
+                const int64_t at = col_ok ? r * len + c0 + col : 0;
+                copy_async4(st + r * kMmaStride + col, W + at, col_ok);
+                copy_async4(st + (kMmaRows + r) * kMmaStride + col, V + at, col_ok);
             }
-        // Thread (row h, column c) stages column c of sequences h, h + kPass, ... of both steps.
-        const int col = static_cast<int>(threadIdx.x % kMmaCols), seq0 = static_cast<int>(threadIdx.x / kMmaCols);
-        constexpr int kPass = kMmaThreads / kMmaCols;
+            float* xs = st + 2 * kMmaRows * kMmaStride;
 #pragma unroll 4
-        for (int q = seq0; q < NS; q += kPass) {
-            const bool valid = col < width && q < n;
-            const int64_t at = valid ? q * stride + c0 + col : 0;
-            copy_async4(&xs[stage][0][q][col], in + at, valid);
-            copy_async4(&xs[stage][1][q][col], in_old + at, valid);
+            for (int q = lane_row; q < NS; q += kPass) {
+                const bool valid = col_ok && q < n;
+                const int64_t at = valid ? q * stride + c0 + col : 0;
+                copy_async4(xs + q * kMmaStride + col, in + at, valid);
+                copy_async4(xs + (NS + q) * kMmaStride + col, in_old + at, valid);
+            }
         }
         copy_async_commit();
     };
 
-    fetch(0, 0);
-    int stage = 0;
-    for (int64_t c0 = 0; c0 < len; c0 += kMmaCols, stage ^= 1) {
-        const int width = static_cast<int>(len - c0 < kMmaCols ? len - c0 : kMmaCols);
-        float w[kMmaWarpSteps][4], v[kMmaWarpSteps][4];
-#pragma unroll
-        for (int k = 0; k < kMmaWarpSteps; ++k)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                w[k][e] = w_next[k][e];
-                v[k][e] = v_next[k][e];
-            }
-        if (c0 + kMmaCols < len) {
-            fetch(c0 + kMmaCols, stage ^ 1);
-            copy_async_wait<1>();
-        } else {
-            copy_async_wait<0>();
-        }
-        __syncthreads();
+    for (int i = 0; i < kMmaStages - 1; ++i) fetch(i);
+    for (int64_t i = 0; i < n_chunks; ++i) {
+        copy_async_wait<kMmaStages - 2>();  // chunk i has landed (this thread's copies) ...
+        __syncthreads();                    // ... and every thread's; all are done with chunk i-1's stage
+        fetch(i + kMmaStages - 1);
+        const float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>();
+        const float* ws = st;
+        const float* vs = st + kMmaRows * kMmaStride;
+        const float* xs = st + 2 * kMmaRows * kMmaStride;
+        const int64_t c0 = i * kMmaCols;
 #pragma unroll
         for (int k = 0; k < kMmaWarpSteps; ++k) {
             const int col0 = 8 * (slot + kMmaSlots * k);
+            // W and V in the accumulator layout: [0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)].
+            const float2 w0 = *reinterpret_cast<const float2*>(ws + lr0 * kMmaStride + col0 + 2 * t);
+            const float2 w1 = *reinterpret_cast<const float2*>(ws + lr1 * kMmaStride + col0 + 2 * t);
+            const float w[4] = {w0.x, w0.y, w1.x, w1.y};
             // Forward: A = W (k index t: column 2t, t+4: column 2t+1), B = x(s)[sequence 8j+g][those columns].
-            const Split wa[4] = {split(w[k][0]), split(w[k][2]), split(w[k][1]), split(w[k][3])};
+            const Split wa[4] = {split(w[0]), split(w[2]), split(w[1]), split(w[3])};
             float grad[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
-                const float2 xv = *reinterpret_cast<const float2*>(&xs[stage][0][8 * j + g][col0 + 2 * t]);
+                const float2 xv = *reinterpret_cast<const float2*>(xs + (8 * j + g) * kMmaStride + col0 + 2 * t);
                 const Split xb[2] = {split(xv.x), split(xv.y)};
                 mma_3xtf32(acc[j], wa, xb);
-                // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequence 8j+t, 8j+t+4][column 8k+g].
-                const Split ob[2] = {split(xs[stage][1][8 * j + t][col0 + g]), split(xs[stage][1][8 * j + t + 4][col0 + g])};
+                // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequence 8j+t, 8j+t+4][column col0+g].
+                const float* xo = xs + (NS + 8 * j + t) * kMmaStride + col0 + g;
+                const Split ob[2] = {split(xo[0]), split(xo[4 * kMmaStride])};
                 mma_3xtf32(grad, ld[j], ob);
             }
+            const float2 v0 = *reinterpret_cast<const float2*>(vs + lr0 * kMmaStride + col0 + 2 * t);
+            const float2 v1 = *reinterpret_cast<const float2*>(vs + lr1 * kMmaStride + col0 + 2 * t);
+            const float v[4] = {v0.x, v0.y, v1.x, v1.y};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int c = col0 + 2 * t + (e % 2);
-                if (c >= width || !(e < 2 ? live0 : live1)) continue;
-                float* Wp = e < 2 ? W0 : W1;
-                float* Vp = e < 2 ? V0 : V1;
+                const int64_t c = c0 + col0 + 2 * t + (e % 2);
+                if (c >= len || !(e < 2 ? live0 : live1)) continue;
+                const int64_t at = (e < 2 ? lr0 : lr1) * len + c;
                 if (active) {
-                    const float vn = __fmaf_rn(mu, v[k][e], __fmul_rn(grad[e], inv_n));
-                    Wp[c0 + c] = __fadd_rn(w[k][e], vn);
-                    Vp[c0 + c] = vn;
-                } else if (v[k][e] != 0.0f) {
-                    Vp[c0 + c] = 0.0f;  // a unit not yet enabled: its update is zero
+                    const float vn = __fmaf_rn(mu, v[e], __fmul_rn(grad[e], inv_n));
+                    W[at] = __fadd_rn(w[e], vn);
+                    V[at] = vn;
+                } else if (v[e] != 0.0f) {
+                    V[at] = 0.0f;  // a unit not yet enabled: its update is zero
                 }
             }
         }
-        __syncthreads();  // xs[stage] is refilled two chunks on
     }
-    // The forward sums of the two slots, slot 0's plus slot 1's (a fixed order), through the free staging buffer.
+    // The forward sums of the two slots, slot 0's plus slot 1's (a fixed order), through stage 0.
     static_assert(kMmaSlots == 2, "the sums of two slots are combined");
-    static_assert(kMmaTiles * NT * 4 * kWarp <= 2 * 2 * NS * kMmaStride, "the partial sums fit the staging buffer");
-    float* part = &xs[0][0][0][0] + tile * (NT * 4 * kWarp);
+    static_assert(kMmaTiles * NT * 4 * kWarp <= mma_stage_floats<NS>(), "the partial sums fit one stage");
+    copy_async_wait<0>();
+    __syncthreads();  // every warp is done with the stages
+    float* part = smem + tile * (NT * 4 * kWarp);
     if (slot == 1)
 #pragma unroll
         for (int j = 0; j < NT; ++j)
@@ -208,7 +216,7 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
             const int q = 8 * j + 2 * t + (e % 2);
             const bool row_ok = e < 2 ? live0 : live1;
             if (q < n && row_ok)
-                *Row::output(a, cur, q, first + (e < 2 ? lr0 : lr1), u) =
+                *Row::output(a, cur, q, first + r_begin + (e < 2 ? lr0 : lr1), u) =
                     activation(__fadd_rn(acc[j][e], part[(j * 4 + e) * kWarp + lane]), a.polynomial);
         }
 }
