@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -34,6 +35,43 @@ T* to_device(const std::vector<T>& h) {
     CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
     CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
     return d;
+}
+
+// Device copies that are freed together when the scope ends (a workbench case's inputs and outputs).
+class DeviceScope {
+  public:
+    DeviceScope() = default;
+    DeviceScope(const DeviceScope&) = delete;
+    DeviceScope& operator=(const DeviceScope&) = delete;
+    ~DeviceScope() {
+        for (void* p : ptrs_) cudaFree(p);
+    }
+    template <class T>
+    T* put(const std::vector<T>& h) {
+        T* d = to_device(h);
+        ptrs_.push_back(d);
+        return d;
+    }
+
+  private:
+    std::vector<void*> ptrs_;
+};
+
+// The n_seq list of a workbench's command line (defaults when none given); a value outside [lo, hi]
+// is named on stderr and the program exits with status 2.
+inline std::vector<int64_t> parse_seqs(int argc, char** argv, std::vector<int64_t> defaults, int64_t lo, int64_t hi) {
+    std::vector<int64_t> seqs;
+    for (int i = 1; i < argc; ++i) {
+        char* end = nullptr;
+        const long long v = std::strtoll(argv[i], &end, 10);
+        if (end == argv[i] || *end != '\0' || v < lo || v > hi) {
+            std::fprintf(stderr, "n_seq must be an integer in %lld..%lld, not '%s'\n", static_cast<long long>(lo),
+                         static_cast<long long>(hi), argv[i]);
+            std::exit(2);
+        }
+        seqs.push_back(v);
+    }
+    return seqs.empty() ? defaults : seqs;
 }
 
 template <class T>

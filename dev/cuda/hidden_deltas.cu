@@ -64,6 +64,7 @@ bool check_and_time(int64_t n) {
         for (int64_t j = 0; j < M; ++j) unit_want[2 * u + (j < M / 2 ? 0 : 1)] += err_sq[y_off[u] + j];
     }
 
+    DeviceScope dev;
     StepArgs a{};
     a.n_seq = n;
     a.n_units = kUnits;
@@ -72,18 +73,18 @@ bool check_and_time(int64_t n) {
     a.h_total = h_total;
     a.polynomial = true;
     a.derivative = static_cast<int>(Derivative::Original);
-    a.y_off = to_device(y_off);
-    a.h_off = to_device(h_off);
-    a.w1_off = to_device(w1_off);
-    a.weights = to_device(w);
-    a.delta_out = to_device(d);
-    a.h = to_device(h);
-    a.unit_lr = to_device(lr);
-    a.lr_delta_hidden = to_device(out);
-    a.error_sq = to_device(err_sq);
-    a.unit_error = to_device(std::vector<double>(2 * kUnits, -1.0));
-    a.layer_unit_range = to_device(std::vector<int64_t>{0, 0});  // no layer-0 units: no baseline sums
-    a.step = to_device(std::vector<int64_t>{step});
+    a.y_off = dev.put(y_off);
+    a.h_off = dev.put(h_off);
+    a.w1_off = dev.put(w1_off);
+    a.weights = dev.put(w);
+    a.delta_out = dev.put(d);
+    a.h = dev.put(h);
+    a.unit_lr = dev.put(lr);
+    a.lr_delta_hidden = dev.put(out);
+    a.error_sq = dev.put(err_sq);
+    a.unit_error = dev.put(std::vector<double>(2 * kUnits, -1.0));
+    a.layer_unit_range = dev.put(std::vector<int64_t>{0, 0});  // no layer-0 units: no baseline sums
+    a.step = dev.put(std::vector<int64_t>{step});
     launch_bucket(a, n);
     CHECK_LAUNCH();
     CHECK(cudaDeviceSynchronize());
@@ -100,25 +101,13 @@ bool check_and_time(int64_t n) {
     ok &= untouched;
     const double us = time_us([&] { launch_bucket(a, n); });
     std::printf("  %.1f us, W1 read at %.2f TB/s, %.1f us per sequence\n", us, 4.0 * n_w / (us * 1e-6) / 1e12, us / n);
-    for (const void* p : {(const void*)a.y_off, (const void*)a.h_off, (const void*)a.w1_off, (const void*)a.weights,
-                          (const void*)a.delta_out, (const void*)a.h, (const void*)a.unit_lr, (const void*)a.lr_delta_hidden,
-                          (const void*)a.error_sq, (const void*)a.unit_error, (const void*)a.layer_unit_range,
-                          (const void*)a.step})
-        CHECK(cudaFree(const_cast<void*>(p)));
     return ok;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<int64_t> seqs;
-    for (int i = 1; i < argc; ++i) seqs.push_back(std::atoll(argv[i]));
-    if (seqs.empty()) seqs = {1, 2, 3, 4, 8, 13, 16};
-    for (int64_t n : seqs)
-        if (n < 1 || n > 16) {
-            std::fprintf(stderr, "n_seq must be 1..16, not %ld\n", static_cast<long>(n));
-            return 2;
-        }
+    const std::vector<int64_t> seqs = parse_seqs(argc, argv, {1, 2, 3, 4, 8, 13, 16}, 1, 16);
     bool ok = true;
     for (int64_t n : seqs) ok &= check_and_time(n);
     std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");

@@ -9,6 +9,7 @@
 
 #include "pvm/cuda_check.h"
 #include "pvm/cuda_graph.h"
+#include "mma_pass.cuh"
 #include "step_kernels.cuh"
 #include "tiled_products.cuh"
 
@@ -24,6 +25,11 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 // above, the tiled products. Measured on an H200 (small.json, benchmarks/NOTES.md): fused 40.6k
 // frames/s at n_seq 16 against 25.8k tiled; at 32 the tiled products win (46.6k against 38.7k).
 constexpr int64_t kFusedSeqs = 16;
+// From kMmaMinSeqs to kMmaMaxSeqs sequences the W0 and W1 passes run on tensor cores (weight_pass_mma,
+// one read of W and V per step for all sequences); the hidden deltas stay as above (fused kernel up
+// to kFusedSeqs, tiled product beyond). Workbench, H200, small's W0 pass before the coalesced write-back:
+// the FMA pass wins at 8 sequences (123 against 185 us), ties at 16 (193, 190), and has no bucket above.
+constexpr int64_t kMmaMinSeqs = 9, kMmaMaxSeqs = 64;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
 // Calls f(std::integral_constant<int, NS>) for the compile-time sequence bucket NS >= n (n <= kFusedSeqs).
@@ -60,6 +66,36 @@ void launch_multi(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels:
         constexpr int NS = decltype(bucket)::value < 2 ? 2 : decltype(bucket)::value;
         kernels::weight_pass_multi<Row, G, NS, D>
             <<<static_cast<unsigned>(blocks.size() / 3), kernels::kThreads, 0, stream>>>(a, blocks.data());
+    });
+    PVM_CUDA_CHECK_LAUNCH();
+}
+
+// The tensor-core pass (8 <= n <= 64 sequences) in the bucket of 8, 16, 32 or 64 sequences:
+// f(std::integral_constant<int, NS>).
+template <class F>
+void by_mma_bucket(int64_t n, F&& f) {
+    if (n <= 8) return f(std::integral_constant<int, 8>{});
+    if (n <= 16) return f(std::integral_constant<int, 16>{});
+    if (n <= 32) return f(std::integral_constant<int, 32>{});
+    return f(std::integral_constant<int, 64>{});
+}
+
+// Lets the pass of n sequences have its dynamic shared memory (over the 48 KB default); once per engine.
+template <class Row>
+void allow_mma_shared(int64_t n) {
+    by_mma_bucket(n, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::weight_pass_mma<Row, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kernels::mma_shared_bytes<NS>())));
+    });
+}
+
+template <class Row>
+void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, cudaStream_t stream) {
+    by_mma_bucket(n, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        kernels::weight_pass_mma<Row, NS><<<static_cast<unsigned>(blocks.size() / 3), kernels::kMmaThreads,
+                                            kernels::mma_shared_bytes<NS>(), stream>>>(a, blocks.data());
     });
     PVM_CUDA_CHECK_LAUNCH();
 }
@@ -124,7 +160,16 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     x_kind_ = DeviceBuffer<int8_t>(t.x_kind);
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
-    if (n > 1 && n <= kFusedSeqs) {
+    const bool mma = n >= kMmaMinSeqs && n <= kMmaMaxSeqs;
+    if (mma) {
+        w0_rows_ = DeviceBuffer<int32_t>(row_blocks(
+            t.n_units, kernels::kMmaRows, [&](int64_t) { return t.hidden; }, [&](int64_t u) { return t.inputs(u); }));
+        w1_rows_ = DeviceBuffer<int32_t>(row_blocks(
+            t.n_units, kernels::kMmaRows, [&](int64_t u) { return t.outputs(u); },
+            [&](int64_t u) { return t.hidden_len(u); }));
+        allow_mma_shared<kernels::RowW0>(n);
+        allow_mma_shared<kernels::RowW1>(n);
+    } else if (n > 1 && n <= kFusedSeqs) {
         const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w0_rows_ = DeviceBuffer<int32_t>(row_blocks(
             t.n_units, kernels::kThreads / kernels::kWarp, [&](int64_t) { return t.hidden; },
@@ -139,11 +184,13 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
                                          inputs = [&](int64_t u) { return t.inputs(u); },
                                          outputs = [&](int64_t u) { return t.outputs(u); },
                                          hidden_len = [&](int64_t u) { return t.hidden_len(u); };
-        w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::Tiles::kCols, hidden, seqs, inputs));
-        w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::Tiles::kCols, outputs, seqs, hidden_len));
         hidden_deltas_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::HiddenDeltas::Tiles::kCols, hidden, seqs, outputs));
-        w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::Tiles::kCols, hidden, inputs, seqs));
-        w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::Tiles::kCols, outputs, hidden_len, seqs));
+        if (!mma) {
+            w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::Tiles::kCols, hidden, seqs, inputs));
+            w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::Tiles::kCols, outputs, seqs, hidden_len));
+            w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::Tiles::kCols, hidden, inputs, seqs));
+            w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::Tiles::kCols, outputs, hidden_len, seqs));
+        }
     }
 
     weights_ = DeviceBuffer<float>(t.n_weights);
@@ -238,6 +285,10 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, Mark& mark) {
     accumulate_metrics<<<static_cast<unsigned>(2 * topo_.n_layers), kWarp, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     mark("deltas");
+    if (a.n_seq <= kMmaMaxSeqs) {
+        enqueue_mma_passes(a, mark);
+        return;
+    }
     launch_product<W0Forward>(a, w0_forward_, stream_);
     mark("w0 forward");
     launch_product<W1Forward>(a, w1_forward_, stream_);
@@ -246,6 +297,15 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, Mark& mark) {
     mark("w0 update");
     launch_product<W1Update>(a, w1_update_, stream_);
     mark("w1 update");
+}
+
+// 8 to 64 sequences: the W0 pass, then the W1 pass (it reads the h(s) the first writes), on tensor cores.
+template <class Mark>
+void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, Mark& mark) {
+    launch_mma<kernels::RowW0>(a.n_seq, w0_rows_, a, stream_);
+    mark("w0 forward+update");
+    launch_mma<kernels::RowW1>(a.n_seq, w1_rows_, a, stream_);
+    mark("w1 forward+update");
 }
 
 template <class Pixel, class Mark>
@@ -320,26 +380,30 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
         PVM_CUDA_CHECK_LAUNCH();
         mark("deltas");
         const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
-        if (n == 1) {
-            weight_pass_single<RowW0, kWarp><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
-            PVM_CUDA_CHECK_LAUNCH();
-            mark("w0 forward+update");
-            if (long_w1_rows) {
-                weight_pass_single<RowW1, kWarp><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
-            } else {
-                weight_pass_single<RowW1, kW1Lanes><<<blocks_for(t.y_total * kW1Lanes), T, 0, stream_>>>(a);
-            }
+        if (n >= kMmaMinSeqs) {
+            enqueue_mma_passes(a, mark);
         } else {
-            launch_multi<RowW0, kWarp, 4>(n, w0_rows_, a, stream_);
-            mark("w0 forward+update");
-            if (long_w1_rows) {
-                launch_multi<RowW1, kWarp, 4>(n, w1_rows_, a, stream_);
+            if (n == 1) {
+                weight_pass_single<RowW0, kWarp><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
+                PVM_CUDA_CHECK_LAUNCH();
+                mark("w0 forward+update");
+                if (long_w1_rows) {
+                    weight_pass_single<RowW1, kWarp><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
+                } else {
+                    weight_pass_single<RowW1, kW1Lanes><<<blocks_for(t.y_total * kW1Lanes), T, 0, stream_>>>(a);
+                }
             } else {
-                launch_multi<RowW1, kW1Lanes, 8>(n, w1_rows_, a, stream_);
+                launch_multi<RowW0, kWarp, 4>(n, w0_rows_, a, stream_);
+                mark("w0 forward+update");
+                if (long_w1_rows) {
+                    launch_multi<RowW1, kWarp, 4>(n, w1_rows_, a, stream_);
+                } else {
+                    launch_multi<RowW1, kW1Lanes, 8>(n, w1_rows_, a, stream_);
+                }
             }
+            PVM_CUDA_CHECK_LAUNCH();
+            mark("w1 forward+update");
         }
-        PVM_CUDA_CHECK_LAUNCH();
-        mark("w1 forward+update");
     }
     advance_step<<<1, 1, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();

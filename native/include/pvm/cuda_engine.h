@@ -52,6 +52,8 @@ private:
     void enqueue_step(const Pixel* d_frames, Mark&& mark);
     template <class Mark>
     void enqueue_products(const kernels::StepArgs& a, Mark& mark);
+    template <class Mark>
+    void enqueue_mma_passes(const kernels::StepArgs& a, Mark& mark);
     template <class Pixel>
     Pixel* upload_frames(const Pixel* frames);
     DeviceBuffer<float>& buffer(const std::string& name);
@@ -67,10 +69,10 @@ private:
     DeviceBuffer<int8_t> x_kind_;
     DeviceBuffer<int32_t> y_unit_;
     DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
-    // Tiles of the many-sequence products (tiled_products.cuh): (unit, first m, first n), heaviest first.
     // Tiles of the many-sequence products (tiled_products.cuh): (unit, first m, first n), longest sums first.
     DeviceBuffer<int32_t> w0_forward_, w1_forward_, hidden_deltas_, w0_update_, w1_update_;
-    // Blocks of the fused row passes for 2..16 sequences: (unit, first row, end row).
+    // Blocks of the fused row passes for 2..64 sequences (weight_pass_multi below kMmaMinSeqs, then
+    // weight_pass_mma): (unit, first row, end row).
     DeviceBuffer<int32_t> w0_rows_, w1_rows_;
 
     // State.

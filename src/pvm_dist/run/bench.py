@@ -2,7 +2,8 @@
 
 The memory floor uses the bandwidth this device really achieves (a large device-to-device copy,
 measured once per device), the fused weight traffic 16·W0 + 20·W1 plus n_seq times the activation
-traffic, and, where the FP32 peak of the GPU is known, the compute time of n_seq·(6·W0 + 8·W1) FLOPs.
+traffic, and, where the FP32 peak of the GPU is known, the compute time of n_seq·(4·W0 + 6·W1) + 3·W
+FLOPs (shared weights: 6·W0 + 8·W1 per frame holds only at one sequence); the larger term names the bound.
 """
 
 from __future__ import annotations

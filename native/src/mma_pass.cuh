@@ -1,0 +1,241 @@
+// The fused weight pass on tensor cores (the engine uses it for 9 to 64 sequences): one read of a unit's W and V per step
+// serves every sequence, and both per-unit products run as mma.sync m16n8k8 over the sequences:
+//   forward  h(s)[r, q] = phi(sum_c W[r, c] x(s)[q, c])              (rows x sequences, k = columns)
+//   update   G[r, c]    = sum_q lr*delta[r, q] x(s-2)[q, c]           (rows x columns,   k = sequences)
+// then V = mu V + G / n_seq, W = W + V, as weight_pass_multi does with one FMA chain per weight.
+//
+// Precision: 3xTF32. Every operand is split as hi = tf32(v), lo = tf32(v - hi), and a product is
+// hi*hi + hi*lo + lo*hi, accumulated in FP32 by the tensor core (the dropped lo*lo term is ~2^-22 of
+// the product). Measured (dev/cuda/weight_pass_multi.cu): h within 1.1e-6 of a double reference (FMA
+// chains: 6e-8), W and V as exact as before; within the engine's tolerances (pvm-algorithm.md §3.12).
+// Deterministic: the tensor core's accumulation order is fixed for one device; no atomics.
+//
+// The one fragment layout that serves both products: a lane (g = lane / 4, t = lane % 4) holds W at
+// rows g, g+8 and columns 2t, 2t+1 of each 8-column step. That is the accumulator layout of the
+// update (rows x columns) and, reading the forward's k index t as column 2t and t+4 as column 2t+1
+// (a sum may take its terms in any order), the A operand of the forward.
+#pragma once
+
+#include <cstdint>
+
+#include "step_kernels.cuh"
+
+namespace pvm {
+namespace kernels {
+
+// A block: 4 row tiles of 16 rows (64 rows of one unit) x kMmaSlots column slots, a warp each. Slot c
+// takes the 8-column steps c, c + kMmaSlots, ... of every staged chunk, so a unit's rows are read by
+// 4 * kMmaSlots warps (4 warps per block left 8 warps per SM: 236 us for small's W0 pass at n_seq 8).
+constexpr int kMmaTiles = 4, kMmaSlots = 2;
+constexpr int kMmaThreads = kMmaTiles * kMmaSlots * kWarp;  // 256
+constexpr int kMmaRows = 16 * kMmaTiles;                    // at most 64 rows per block
+constexpr int kMmaSteps = 4;                                // 8-column k-steps per staged chunk
+constexpr int kMmaWarpSteps = kMmaSteps / kMmaSlots;        // of them, per warp
+constexpr int kMmaCols = 8 * kMmaSteps;                     // 32 columns per chunk
+constexpr int kMmaStride = kMmaCols + 8;                    // staged row stride: conflict-free fragment reads
+
+__device__ __forceinline__ uint32_t tf32(float v) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+    return r;
+}
+
+struct Split {  // v = hi + lo, both TF32
+    uint32_t hi, lo;
+};
+__device__ __forceinline__ Split split(float v) {
+    const uint32_t hi = tf32(v);
+    return {hi, tf32(__fsub_rn(v, __uint_as_float(hi)))};
+}
+
+// d += A B for one m16n8k8 TF32 product (A: a[0..3] row-major fragment, B: b[0..1]).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d += A B in 3xTF32: the small terms first, then hi*hi.
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const Split (&a)[4], const Split (&b)[2]) {
+    const uint32_t ah[4] = {a[0].hi, a[1].hi, a[2].hi, a[3].hi}, al[4] = {a[0].lo, a[1].lo, a[2].lo, a[3].lo};
+    const uint32_t bh[2] = {b[0].hi, b[1].hi}, bl[2] = {b[0].lo, b[1].lo};
+    mma_tf32(d, al, bh);
+    mma_tf32(d, ah, bl);
+    mma_tf32(d, ah, bh);
+}
+
+// Shared memory of one block: kMmaStages stages, each W and V of the chunk ([row][column], the block's
+// 64 rows) and the inputs x(s), x(s-2) of every sequence ([sequence][column]); rows of kMmaStride floats.
+constexpr int kMmaStages = 3;
+template <int NS>
+__host__ __device__ constexpr int mma_stage_floats() { return (2 * kMmaRows + 2 * NS) * kMmaStride; }
+template <int NS>
+__host__ __device__ constexpr size_t mma_shared_bytes() { return sizeof(float) * kMmaStages * mma_stage_floats<NS>(); }
+
+// Blocks listed by the host as (unit, first row, end row), at most kMmaRows rows; NS a multiple of 8
+// with n_seq <= NS (spare sequences staged as zeros with lr*delta 0: they add nothing). Launched with
+// mma_shared_bytes<NS>() of dynamic shared memory. Chunks of kMmaCols columns stream through
+// kMmaStages stages (cp.async): chunk i+2's W, V and inputs are in flight while chunk i is computed
+// (W and V loaded into registers one chunk ahead left the pass latency-bound: 190-220 us for small's
+// W0 at 4-32 sequences, 1.1 TB/s).
+template <class Row, int NS>
+__global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma(StepArgs a, const int32_t* __restrict__ blocks) {
+    static_assert(NS % 8 == 0 && NS >= 8, "sequences in tiles of 8");
+    constexpr int NT = NS / 8;  // sequence tiles
+    extern __shared__ __align__(16) float smem[];
+    const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
+    const int tile = warp % kMmaTiles, slot = warp / kMmaTiles;
+    const int g = lane / 4, t = lane % 4;
+    const int64_t u = blocks[3 * blockIdx.x];
+    const int r_begin = blocks[3 * blockIdx.x + 1], r_end = blocks[3 * blockIdx.x + 2], rows = r_end - r_begin;
+    const int64_t s = *a.step;
+    const int cur = ring_slot(s), old = ring_slot(s - 2);
+    const int n = static_cast<int>(a.n_seq);
+    const int64_t len = Row::length(a, u), first = Row::first_row(a, u);
+    float* __restrict__ W = a.weights + Row::weight_base(a, first + r_begin, u, len);  // the block's rows, len apart
+    float* __restrict__ V = a.velocity + (W - a.weights);
+    const float* __restrict__ in = Row::input(a, cur, 0, u);
+    const float* __restrict__ in_old = Row::input(a, old, 0, u);
+    const int64_t stride = Row::input(a, cur, 1, u) - in;
+    const float lr = a.unit_lr[u], mu = a.unit_mu[u], inv_n = 1.0f / static_cast<float>(n);
+    const bool active = !(lr == 0.0f && mu == 0.0f);
+    // This lane's two rows within the block (g and g+8 of the warp's 16); a row past the block's end
+    // computes on whatever its shared rows hold and is not written back (rows of a product do not mix).
+    const int lr0 = 16 * tile + g, lr1 = lr0 + 8;
+    const bool live0 = lr0 < rows, live1 = lr1 < rows;
+
+    // The update's A operand, lr*delta[row, sequence], split once: (g, 8j+t), (g+8, 8j+t), (g, 8j+t+4), (g+8, 8j+t+4).
+    Split ld[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int q = 8 * j + t + (e >= 2 ? 4 : 0);
+            const bool row_ok = (e % 2 == 0) ? live0 : live1;
+            const int64_t r = first + r_begin + ((e % 2 == 0) ? lr0 : lr1);
+            ld[j][e] = split(q < n && row_ok ? Row::lr_delta(a, q, r, u) : 0.0f);
+        }
+    float acc[NT][4];  // forward sums: (row g, sequence 8j+2t), (g, 8j+2t+1), (g+8, 8j+2t), (g+8, 8j+2t+1)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+
+    const int64_t n_chunks = (len + kMmaCols - 1) / kMmaCols;
+    // Chunk i into stage i % kMmaStages: W, V of the live rows (columns past the row's end as zeros: the
+    // forward would multiply them), then the inputs (sequences past n_seq as zeros). Always commits a group.
+    const int col = static_cast<int>(threadIdx.x % kMmaCols), lane_row = static_cast<int>(threadIdx.x / kMmaCols);
+    constexpr int kPass = kMmaThreads / kMmaCols;
+    auto fetch = [&](int64_t i) {
+        if (i < n_chunks) {
+            float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>();
+            const int64_t c0 = i * kMmaCols;
+            const bool col_ok = c0 + col < len;
+            for (int r = lane_row; r < rows; r += kPass) {
+                const int64_t at = col_ok ? r * len + c0 + col : 0;
+                copy_async4(st + r * kMmaStride + col, W + at, col_ok);
+                copy_async4(st + (kMmaRows + r) * kMmaStride + col, V + at, col_ok);
+            }
+            float* xs = st + 2 * kMmaRows * kMmaStride;
+#pragma unroll 4
+            for (int q = lane_row; q < NS; q += kPass) {
+                const bool valid = col_ok && q < n;
+                const int64_t at = valid ? q * stride + c0 + col : 0;
+                copy_async4(xs + q * kMmaStride + col, in + at, valid);
+                copy_async4(xs + (NS + q) * kMmaStride + col, in_old + at, valid);
+            }
+        }
+        copy_async_commit();
+    };
+
+    for (int i = 0; i < kMmaStages - 1; ++i) fetch(i);
+    for (int64_t i = 0; i < n_chunks; ++i) {
+        copy_async_wait<kMmaStages - 2>();  // chunk i has landed (this thread's copies) ...
+        __syncthreads();                    // ... and every thread's; all are done with chunk i-1's stage
+        fetch(i + kMmaStages - 1);
+        float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>();
+        float* ws = st;
+        float* vs = st + kMmaRows * kMmaStride;
+        const float* xs = st + 2 * kMmaRows * kMmaStride;
+        const int64_t c0 = i * kMmaCols;
+#pragma unroll
+        for (int k = 0; k < kMmaWarpSteps; ++k) {
+            const int col0 = 8 * (slot + kMmaSlots * k);
+            // W and V in the accumulator layout: [0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)].
+            float2* w0p = reinterpret_cast<float2*>(ws + lr0 * kMmaStride + col0 + 2 * t);
+            float2* w1p = reinterpret_cast<float2*>(ws + lr1 * kMmaStride + col0 + 2 * t);
+            float2* v0p = reinterpret_cast<float2*>(vs + lr0 * kMmaStride + col0 + 2 * t);
+            float2* v1p = reinterpret_cast<float2*>(vs + lr1 * kMmaStride + col0 + 2 * t);
+            const float2 w0 = *w0p, w1 = *w1p;
+            const float w[4] = {w0.x, w0.y, w1.x, w1.y};
+            // Forward: A = W (k index t: column 2t, t+4: column 2t+1), B = x(s)[sequence 8j+g][those columns].
+            const Split wa[4] = {split(w[0]), split(w[2]), split(w[1]), split(w[3])};
+            float grad[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const float2 xv = *reinterpret_cast<const float2*>(xs + (8 * j + g) * kMmaStride + col0 + 2 * t);
+                const Split xb[2] = {split(xv.x), split(xv.y)};
+                mma_3xtf32(acc[j], wa, xb);
+                // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequence 8j+t, 8j+t+4][column col0+g].
+                const float* xo = xs + (NS + 8 * j + t) * kMmaStride + col0 + g;
+                const Split ob[2] = {split(xo[0]), split(xo[4 * kMmaStride])};
+                mma_3xtf32(grad, ld[j], ob);
+            }
+            if (active) {  // the new W and V replace the old in the stage: each lane writes only what it read
+                const float2 v0 = *v0p, v1 = *v1p;
+                const float v[4] = {v0.x, v0.y, v1.x, v1.y};
+                float vn[4], wn[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    vn[e] = __fmaf_rn(mu, v[e], __fmul_rn(grad[e], inv_n));
+                    wn[e] = __fadd_rn(w[e], vn[e]);
+                }
+                *w0p = make_float2(wn[0], wn[1]);
+                *w1p = make_float2(wn[2], wn[3]);
+                *v0p = make_float2(vn[0], vn[1]);
+                *v1p = make_float2(vn[2], vn[3]);
+            }
+        }
+        // Every warp's update of the chunk is in the stage: the block writes its rows back as whole
+        // 32-float segments (each lane storing its own fragment wrote 3.2 L2 sectors per 32 bytes: the
+        // L2 at 70% of its peak, DRAM at 27%). A unit not yet enabled: its V is zeroed where it is not.
+        __syncthreads();
+        const bool col_ok = c0 + col < len;
+        for (int r = lane_row; r < rows && col_ok; r += kPass) {
+            const int64_t at = r * len + c0 + col;
+            if (active) {
+                W[at] = ws[r * kMmaStride + col];
+                V[at] = vs[r * kMmaStride + col];
+            } else if (vs[r * kMmaStride + col] != 0.0f) {
+                V[at] = 0.0f;
+            }
+        }
+    }
+    // The forward sums of the two slots, slot 0's plus slot 1's (a fixed order), through stage 0.
+    static_assert(kMmaSlots == 2, "the sums of two slots are combined");
+    static_assert(kMmaTiles * NT * 4 * kWarp <= mma_stage_floats<NS>(), "the partial sums fit one stage");
+    copy_async_wait<0>();
+    __syncthreads();  // every warp is done with the stages
+    float* part = smem + tile * (NT * 4 * kWarp);
+    if (slot == 1)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[(j * 4 + e) * kWarp + lane] = acc[j][e];
+    __syncthreads();
+    if (slot == 1) return;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int q = 8 * j + 2 * t + (e % 2);
+            const bool row_ok = e < 2 ? live0 : live1;
+            if (q < n && row_ok)
+                *Row::output(a, cur, q, first + r_begin + (e < 2 ? lr0 : lr1), u) =
+                    activation(__fadd_rn(acc[j][e], part[(j * 4 + e) * kWarp + lane]), a.polynomial);
+        }
+}
+
+}  // namespace kernels
+}  // namespace pvm
