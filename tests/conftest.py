@@ -69,7 +69,7 @@ def native_cuda_available() -> bool:
 
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", default=False,
-                     help="also run the tests marked exhaustive (the whole fault-injection suite)")
+                     help="also run the tests marked exhaustive (the whole fault-injection suite, the long engine comparisons)")
 
 
 def pytest_collection_modifyitems(config, items):

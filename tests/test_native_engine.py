@@ -47,9 +47,13 @@ CPU_CASES = [
     ("tiny", 1, 200, "original"), ("tiny", 1, 200, "exact"), ("tiny", 4, 200, "original"),
     ("tiny", 4, 200, "exact"), ("tiny", 64, 200, "original"), ("tiny", 64, 200, "exact"),
     pytest.param("small", 1, 200, "original", marks=pytest.mark.slow),
-    pytest.param("small", 1, 200, "exact", marks=pytest.mark.slow),
-    pytest.param("small", 4, 60, "original", marks=pytest.mark.slow),
-    pytest.param("med", 1, 100, "original", marks=pytest.mark.slow),
+    pytest.param("small", 1, 60, "exact", marks=pytest.mark.slow),
+    pytest.param("small", 4, 30, "original", marks=pytest.mark.slow),
+    pytest.param("med", 1, 25, "original", marks=pytest.mark.slow),
+    # The same comparisons over more steps: only with `pytest --slow`.
+    pytest.param("small", 1, 200, "exact", marks=pytest.mark.exhaustive),
+    pytest.param("small", 4, 60, "original", marks=pytest.mark.exhaustive),
+    pytest.param("med", 1, 100, "original", marks=pytest.mark.exhaustive),
 ]
 
 
