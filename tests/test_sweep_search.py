@@ -163,12 +163,29 @@ def test_bad_search_blocks_get_one_problem_each(search, problem):
     assert len(info.value.problems) == 1 and info.value.problems[0].startswith(problem)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed here")
+HAS_GP = all(importlib.util.find_spec(m) for m in ("torch", "scipy"))
+
+
+@pytest.mark.skipif(HAS_GP, reason="PyTorch and SciPy are installed here")
 def test_gp_without_pytorch_says_so_before_anything_runs():
     with pytest.raises(SweepError) as info:
         load_sweep(tpe(search={"type": "gp", "trials": 4}))
-    assert info.value.problems == ["search.type: a gp search needs PyTorch on the driver's machine (pip install torch); "
-                                   "tpe needs nothing more"]
+    assert info.value.problems == ["search.type: a gp search needs PyTorch and SciPy on the driver's machine "
+                                   "(pip install 'pvm-dist[gp]'); tpe needs nothing more"]
+
+
+@pytest.mark.skipif(not HAS_GP, reason="a gp search needs the gp extra (PyTorch, SciPy)")
+def test_a_gp_sweep_runs_with_the_gp_extra(tmp_path, mlflow_uri, scripted):
+    search = {"type": "gp", "trials": 5, "startup_trials": 2}
+    assert isinstance(optuna_search._sampler(load_sweep(tpe(search=search)), 0), optuna.samplers.GPSampler)
+    out = new_driver(tmp_path, mlflow_uri, search=search).run()
+    assert out.status == "FINISHED" and [t["status"] for t in out.trials] == ["FINISHED"] * 5
+    study = study_of(SweepFolder(tmp_path, "s"))
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 5
+    # Past its 2 random trials the GP proposed the rest: values inside the space, each trial its own.
+    seeds = [t.params["seed"] for t in study.trials]
+    assert all(0 <= s <= 1000 for s in seeds) and len(set(seeds)) == 5
+    assert {f"t{t.number:03d}": t.value for t in study.trials} == {t["trial_id"]: t["metric"] for t in out.trials}
 
 
 def test_a_bad_search_block_is_one_line_and_exit_2_in_a_dry_run(tmp_path):
