@@ -13,10 +13,11 @@ mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 if [ -f ../site.tar.xz ] && [ ! -d /tmp/site/ray ]; then mkdir -p /tmp/site && tar -xJf ../site.tar.xz -C /tmp/site; fi
 if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || exit 1
 fi
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT_DIR/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 start=$(date +%s)
 CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${PVM_CUDA_ARCHS:-90}" PVM_DIST_CUDA=ON \
     python3 -m pip install --no-build-isolation --no-deps -q . > "$OUT_DIR/build.log" 2>&1 \
@@ -30,5 +31,12 @@ raise SystemExit(0 if info.get('cuda_compiled') and info.get('devices') else 'th
 ") || exit 1
 python3 -c "import ray, mlflow, optuna; print('ray', ray.__version__, 'mlflow', mlflow.__version__, 'optuna', optuna.__version__)" \
     || exit 1
-timeout "${PVM_SEARCH_SECONDS:-240}" python3 benchmarks/search_compare.py --preset small-gpu \
+work=/tmp/pvm-search-work
+rm -rf "$work" && mkdir -p "$work"
+timeout "${PVM_SEARCH_SECONDS:-240}" python3 benchmarks/search_compare.py --preset small-gpu --work "$work" \
     --out "$OUT_DIR/results-search-h200.md" "$@" 2>&1 | tee "$OUT_DIR/search.log"
+rc=$?
+# The sweeps' journals and logs, whether or not the comparison ended in time.
+(cd "$work" && tar -czf "$OUT_DIR/sweeps.tgz" --exclude='*.pvmckpt' --exclude='mlartifacts' --exclude='*.db' \
+    --exclude='*.png' . 2>/dev/null)
+exit $rc
