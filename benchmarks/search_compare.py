@@ -1,12 +1,21 @@
-"""Random search, TPE and PBT on the same budget: which finds the better tiny model? (issue 14, item 4)
+"""Random search, TPE and PBT on the same budget: which finds the better model? (issue 14, item 4)
 
-Runs three sweeps of the tiny model on synthetic balls over the same space (the learning rates and momentum),
-with the same seed, the same trial length, the same number of trials (PBT: members) and the same concurrency,
-so each spends the same trial-steps; then reads their journals and writes a Markdown report: the best final
-metric each reached, and the best-so-far final metric against the trial-steps spent (a trial counts when it
-ends; for PBT steps a member copied from its donor are not counted again).
+Runs three sweeps of one model on synthetic balls (at the model's own input size) over the same space (the
+learning rates and momentum), with the same seed, the same trial length, the same number of trials (PBT:
+members) and the same concurrency, so each spends the same trial-steps; then reads their journals and writes
+a Markdown report, its JSON and a PNG: the best final metric each reached, and the best-so-far final metric
+against the trial-steps spent (a trial counts when it ends; for PBT steps a member copied from its donor are
+not counted again).
 
-    python benchmarks/search_compare.py [--trials 8] [--steps 4000] [--n-seq 8] [--out benchmarks/results-search-cpu.md]
+    python benchmarks/search_compare.py [--preset tiny-cpu] [--trials 8] [--steps 4000] [--n-seq 8] \
+        [--out benchmarks/results-search-cpu.md]
+    python benchmarks/search_compare.py --preset small-gpu --trials 8 --steps 9000 --n-seq 4 --concurrency 1 \
+        --out benchmarks/results-search-h200.md      # on a GPU host with the native CUDA engine built
+
+A preset fixes the model, the space and the schedule delays (small learns at smaller rates than tiny, and its
+deeper layers would wait 1,000 steps each by default); ``small-gpu`` packs the concurrent trials on one GPU
+(``resources.trials_per_gpu``: on an H200 four packed trials made 16 steps/s each, results-search-h200.md).
+The sweeps, their checkpoints and MLflow store go to a temporary folder.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,19 +33,31 @@ from pathlib import Path
 
 import yaml
 
-SPACE = {"initial_learning_rate": {"loguniform": [0.005, 0.2]},
-         "intermediate_learning_rate": {"loguniform": [0.0005, 0.02]},
-         "momentum": {"uniform": [0.3, 0.95]}}
+PRESETS: dict[str, dict] = {
+    "tiny-cpu": {"spec": "tiny", "title": "tiny, synthetic balls, CPU", "layer_delay": 10, "intervals": 8, "extra": {},
+                 "space": {"initial_learning_rate": {"loguniform": [0.005, 0.2]},
+                           "intermediate_learning_rate": {"loguniform": [0.0005, 0.02]},
+                           "momentum": {"uniform": [0.3, 0.95]}}},
+    "small-gpu": {"spec": "small", "title": "small, synthetic balls 60x60, one GPU", "layer_delay": 200,
+                  "intervals": 4, "extra": {"backend": "native", "device": "cuda", "keep_checkpoints": 1},
+                  "space": {"initial_learning_rate": {"loguniform": [0.0005, 0.05]},
+                            "intermediate_learning_rate": {"loguniform": [0.0001, 0.01]},
+                            "momentum": {"uniform": [0.1, 0.95]}}},
+}
 
 
-def sweeps(trials: int, steps: int, n_seq: int, concurrency: int, seed: int) -> dict[str, dict]:
+def sweeps(preset: str, trials: int, steps: int, n_seq: int, concurrency: int, seed: int) -> dict[str, dict]:
     """The three sweep files: one space, seed, trial length, trial count and concurrency."""
-    interval = steps // 8
-    common = {"spec": "tiny", "vary": SPACE, "seed": seed, "steps": steps, "n_seq": n_seq, "checkpoint_every": interval,
-              "metrics_every": interval // 2, "max_concurrent": concurrency, "data": "synthetic:balls",
-              "metric": {"name": "ratio_two_step", "mode": "min"}, "animation_frames": 0, "heldout_steps": 0,
-              "overrides": {"delay_each_layer_learning": 10, "delay_intermediate_learning_rate": steps // 2,
+    p = PRESETS[preset]
+    interval = steps // p["intervals"]
+    common = {"spec": p["spec"], "vary": p["space"], "seed": seed, "steps": steps, "n_seq": n_seq,
+              "checkpoint_every": interval, "metrics_every": interval // 2, "max_concurrent": concurrency,
+              "data": "synthetic:balls", "metric": {"name": "ratio_two_step", "mode": "min"}, "animation_frames": 0,
+              "heldout_steps": 0, **p["extra"],
+              "overrides": {"delay_each_layer_learning": p["layer_delay"], "delay_intermediate_learning_rate": steps // 2,
                             "delay_final_learning_rate": 10 * steps}}
+    if p["extra"].get("device") == "cuda":
+        common["resources"] = {"trials_per_gpu": concurrency}
     return {
         "random": {**common, "name": "cmp-random", "search": {"type": "random", "trials": trials}},
         "tpe": {**common, "name": "cmp-tpe", "search": {"type": "tpe", "trials": trials,
@@ -53,12 +75,13 @@ def run(name: str, sweep: dict, work: Path) -> tuple[dict, list[dict], float]:
     path.write_text(yaml.safe_dump(sweep, sort_keys=False))
     root = work / "sweeps"
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "pvm_dist.cli.main", "sweep", "run", str(path), "--root", str(root),
-                          "--mlflow", f"sqlite:///{work / 'mlflow.db'}", "--json"], capture_output=True, text=True,
-                         cwd=work, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    with open(work / f"{name}.err", "w") as err:  # the sweep's own progress, readable while it runs
+        res = subprocess.run([sys.executable, "-m", "pvm_dist.cli.main", "sweep", "run", str(path), "--root",
+                              str(root), "--mlflow", f"sqlite:///{work / 'mlflow.db'}", "--json"], stdout=subprocess.PIPE,
+                             stderr=err, text=True, cwd=work, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     seconds = time.perf_counter() - t0
-    if res.returncode != 0:
-        raise SystemExit(f"{name}: sweep failed ({res.returncode}): {res.stderr[-2000:]}")
+    if res.returncode not in (0, 3):  # 3: some trials failed (a diverging learning rate); the rest still count
+        raise SystemExit(f"{name}: sweep failed ({res.returncode}): {(work / f'{name}.err').read_text()[-2000:]}")
     outcome = json.loads(res.stdout)
     journal = Path(outcome["folder"]) / "journal.jsonl"
     if not journal.is_absolute():
@@ -83,52 +106,110 @@ def curve(events: list[dict]) -> list[tuple[int, float]]:
     return out
 
 
-def report(results: dict[str, tuple[dict, list[dict], float]], args: argparse.Namespace) -> str:
-    budget = args.trials * args.steps
-    lines = [
-        "# Random search, TPE and PBT on the same budget (tiny, synthetic balls, CPU)", "",
-        f"Command: `python benchmarks/search_compare.py --trials {args.trials} --steps {args.steps} --n-seq {args.n_seq} "
-        f"--concurrency {args.concurrency} --seed {args.seed}` on {platform.node()} "
-        f"({os.cpu_count()} CPU cores, shared with other work), {time.strftime('%Y-%m-%d')}.", "",
-        f"Each search: {args.trials} trials (PBT: members) × {args.steps:,} steps × n_seq {args.n_seq}, "
-        f"{args.concurrency} at a time, seed {args.seed}, over initial_learning_rate, intermediate_learning_rate "
-        f"(loguniform) and momentum (uniform): {budget:,} trial-steps each. Metric: ratio_two_step at a trial's "
-        "last step (the two-step prediction error over the copy-last-frame baseline; lower is better).", "",
-        "| search | best ratio_two_step | its values | trials finished | trial-steps trained | wall s |",
-        "|---|---|---|---|---|---|",
-    ]
+def machine() -> str:
+    """This host, its CPU count and GPU (if ``nvidia-smi`` answers)."""
+    gpu = ""
+    if shutil.which("nvidia-smi"):
+        res = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+        gpu = ", " + res.stdout.strip().replace("\n", " + ") if res.returncode == 0 and res.stdout.strip() else ""
+    return f"{platform.node()} ({os.cpu_count()} CPU cores{gpu})"
+
+
+def command(args: argparse.Namespace) -> str:
+    return (f"python benchmarks/search_compare.py --preset {args.preset} --trials {args.trials} --steps {args.steps} "
+            f"--n-seq {args.n_seq} --concurrency {args.concurrency} --seed {args.seed}")
+
+
+def summary(results: dict[str, tuple[dict, list[dict], float]], args: argparse.Namespace) -> dict:
+    """What the report shows, as data: per search its best trial, finished count, curve and wall seconds."""
+    out = {"command": command(args), "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "preset": args.preset, "sweeps": sweeps(args.preset, args.trials, args.steps, args.n_seq, args.concurrency,
+                                                    args.seed), "searches": {}}
     for name, (outcome, events, seconds) in results.items():
-        best = outcome["best"] or {}
+        points = curve(events)
+        out["searches"][name] = {
+            "best": outcome["best"], "wall_s": seconds, "curve": points,
+            "trial_steps": points[-1][0] if points else 0,
+            "statuses": [t["status"] for t in outcome["trials"]],
+            "finals": {t["trial_id"]: t.get("metric") for t in outcome["trials"]},
+            "exploits": sum(1 for e in events if e["event"] == "exploit"),
+            # where the engines ran (a GPU host's build without CUDA would show cpu here, not only in the speed)
+            "devices": sorted({str(e.get("device")) for e in events if e["event"] == "trial_started"})}
+    return out
+
+
+def report(data: dict, args: argparse.Namespace) -> str:
+    budget = args.trials * args.steps
+    p = PRESETS[args.preset]
+    lines = [
+        f"# Random search, TPE and PBT on the same budget ({p['title']})", "",
+        f"Command: `{data['command']}` on {data['machine']}, {data['date']}.", "",
+        f"Each search: {args.trials} trials (PBT: members) × {args.steps:,} steps × n_seq {args.n_seq}, "
+        f"{args.concurrency} at a time, seed {args.seed}, over "
+        + ", ".join(f"{k} ({next(iter(v))} {v[next(iter(v))]})" for k, v in p["space"].items())
+        + f": {budget:,} trial-steps each. Metric: ratio_two_step at a trial's "
+        "last step (the two-step prediction error over the copy-last-frame baseline; lower is better).", "",
+        "| search | best ratio_two_step | its values | trials finished | trial-steps trained | PBT copies | engines on "
+        "| wall s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in data["searches"].items():
+        best = r["best"] or {}
         values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in
                            (best.get("varied") or {}).items())
-        spent = curve(events)[-1][0] if curve(events) else 0
-        finished = sum(1 for t in outcome["trials"] if t["status"] == "FINISHED")
-        lines.append(f"| {name} | {best.get('metric', float('nan')):.4f} | {values} | {finished} | {spent:,} | "
-                     f"{seconds:.0f} |")
+        finished = r["statuses"].count("FINISHED")
+        lines.append(f"| {name} | {best.get('metric', float('nan')):.4f} | {values} | {finished} | "
+                     f"{r['trial_steps']:,} | {r['exploits']} | {', '.join(r['devices'])} | {r['wall_s']:.0f} |")
     lines += ["", "Best-so-far final metric against trial-steps trained (one point per finished trial):", ""]
-    for name, (_, events, _) in results.items():
-        points = " → ".join(f"{s:,}: {b:.4f}" for s, b in curve(events))
-        lines.append(f"- **{name}**: {points}")
+    for name, r in data["searches"].items():
+        lines.append(f"- **{name}**: " + " → ".join(f"{s:,}: {b:.4f}" for s, b in r["curve"]))
     return "\n".join(lines) + "\n"
+
+
+def plot(data: dict, path: Path) -> None:
+    """The best-so-far curves of the three searches on one figure."""
+    from pvm_dist.tracking.figures import pyplot, save_figure
+
+    fig, ax = pyplot().subplots(figsize=(7, 4.2))
+    for name, r in data["searches"].items():
+        if r["curve"]:
+            xs, ys = zip(*r["curve"])
+            ax.step(xs, ys, where="post", marker="o", label=name)
+    ax.set_xlabel("trial-steps trained")
+    ax.set_ylabel("best final ratio_two_step so far (lower is better)")
+    ax.set_title(f"{PRESETS[data['preset']]['title']}: best so far against budget")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save_figure(fig, path)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny-cpu")
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--n-seq", type=int, default=8)
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results-search-cpu.md"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results-search-cpu.md"),
+                    help="the Markdown report; its JSON and PNG are written beside it")
+    ap.add_argument("--work", type=Path, default=None, help="where the sweeps' temporary folder goes")
     args = ap.parse_args()
+    if args.steps % PRESETS[args.preset]["intervals"] or args.trials < 2:
+        raise SystemExit(f"--steps must be a multiple of {PRESETS[args.preset]['intervals']} and --trials at least 2")
     results = {}
-    with tempfile.TemporaryDirectory(prefix="pvm-search-") as tmp:
-        for name, sweep in sweeps(args.trials, args.steps, args.n_seq, args.concurrency, args.seed).items():
+    with tempfile.TemporaryDirectory(prefix="pvm-search-", dir=args.work) as tmp:
+        print(f"sweeps under {tmp}", flush=True)
+        for name, sweep in sweeps(args.preset, args.trials, args.steps, args.n_seq, args.concurrency,
+                                  args.seed).items():
             results[name] = run(name, sweep, Path(tmp))
-            print(f"{name}: best {results[name][0]['best'] and results[name][0]['best']['metric']}", flush=True)
-        text = report(results, args)
-    args.out.write_text(text)
-    print(text)
+            print(f"{name}: best {results[name][0]['best'] and results[name][0]['best']['metric']} "
+                  f"in {results[name][2]:.0f} s", flush=True)
+            data = summary(results, args)  # written after each search, so a run cut short keeps what it made
+            args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    args.out.write_text(report(data, args))
+    plot(data, args.out.with_suffix(".png"))
+    print(args.out.read_text())
 
 
 if __name__ == "__main__":

@@ -291,3 +291,42 @@ def test_sweep_over_n_seq_and_data_with_a_frames_budget(cluster, tmp_path):
         assert state.step * state.run.n_seq == 400  # every trial saw the same frames
     logged = {t: (r.data.params["n_seq"], r.data.params["steps"]) for t, r in trial_runs(mlflow_runs(tmp_path, "axes")).items()}
     assert logged == {r["trial_id"]: (str(r["varied"]["n_seq"]), str(r["steps"])) for r in rows}
+
+
+@pytest.mark.exhaustive  # two driver processes on Ray: over a minute on a shared 2-core machine; the same death
+# inside one process is tests/test_sweep_search.py::test_a_driver_dying_right_after_an_exploit_resumes_the_population
+def test_pbt_sweep_killed_driver_resumes_the_population(cluster, tmp_path):
+    f = sweep_file(tmp_path, "pbt", steps=800, n_seq=8, **{**BRIEF, "checkpoint_every": 200, "metrics_every": 100},
+                   seed=5, max_concurrent=2,
+                   vary={"initial_learning_rate": {"loguniform": [0.0005, 0.2]}, "momentum": {"uniform": [0.3, 0.95]}},
+                   metric={"name": "ratio_two_step", "mode": "min"},
+                   search={"type": "pbt", "population": 2, "interval_steps": 200, "quantile": 0.5,
+                           "explore": {"initial_learning_rate": {"perturb": [0.8, 1.25]}, "momentum": "resample"}})
+    proc = start(tmp_path, "run", str(f), "--address", cluster.address, "--json")
+    folder = sweep_dir(tmp_path)
+    # Mid-population: both members have a checkpoint (and so a rung value) and neither has ended.
+    wait_for(folder, lambda e: {x["trial"] for x in of(events(folder), "checkpoint")} == {"t000", "t001"}, proc=proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = events(folder)
+    assert not of(before, "trial_ended")
+    kept = {e["trial"]: e["step"] for e in before if e["event"] in ("checkpoint", "exploit")}  # last of each
+    res = run(tmp_path, "resume", folder.name, "--address", cluster.address, "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    evs = events(folder)
+    after = evs[len(before):]
+    # Each member went on from what it had kept (its own checkpoint, or a donor's copy), not from step 0 ...
+    assert {t: of(after, "trial_started", t)[0]["step"] for t in ("t000", "t001")} == kept
+    assert {(e["trial"], e["status"], e["step"]) for e in of(evs, "trial_ended")} == {("t000", "FINISHED", 800),
+                                                                                    ("t001", "FINISHED", 800)}
+    # ... and the policy went on ranking them at the intervals after the kill, against values from before it.
+    rungs = {(e["trial"], e["step"]) for e in of(evs, "milestone")}
+    assert {(t, s) for t in ("t000", "t001") for s in (200, 400, 600)} <= rungs
+    assert len(of(evs, "milestone")) == len(rungs)  # no interval value recorded twice
+    rows = {r["trial_id"]: r for r in json.loads(res.stdout)["trials"]}
+    runs = trial_runs(mlflow_runs(tmp_path, "pbt"))
+    assert sorted(runs) == ["t000", "t001"]  # one MLflow run per member, the resumed one reopened
+    for exploit in of(evs, "exploit"):  # the lineage of every copy, before and after the kill
+        last = [e for e in of(evs, "exploit") if e["trial"] == exploit["trial"]][-1]
+        assert rows[exploit["trial"]]["varied"] == last["values"]
+        assert f'"donor": "{exploit["donor"]}"' in runs[exploit["trial"]].data.tags["pbt_lineage"]

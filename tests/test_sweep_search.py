@@ -31,7 +31,7 @@ from pvm_dist.sweep import driver as driver_module
 from pvm_dist.sweep import optuna_search
 from pvm_dist.sweep.driver import Driver, DriverOptions, resume_sweep
 from pvm_dist.model.spec import load_spec
-from pvm_dist.sweep.executor import ChunkDone
+from pvm_dist.sweep.executor import ChunkDone, WorkerLost
 from pvm_dist.sweep.pbt import schedule_rates
 from pvm_dist.sweep.journal import SweepFolder
 from pvm_dist.sweep.plan import SweepError, load_sweep
@@ -163,12 +163,28 @@ def test_bad_search_blocks_get_one_problem_each(search, problem):
     assert len(info.value.problems) == 1 and info.value.problems[0].startswith(problem)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed here")
+HAS_GP = all(importlib.util.find_spec(m) for m in ("torch", "scipy"))
+
+
+@pytest.mark.skipif(HAS_GP, reason="PyTorch and SciPy are installed here")
 def test_gp_without_pytorch_says_so_before_anything_runs():
     with pytest.raises(SweepError) as info:
         load_sweep(tpe(search={"type": "gp", "trials": 4}))
-    assert info.value.problems == ["search.type: a gp search needs PyTorch on the driver's machine (pip install torch); "
-                                   "tpe needs nothing more"]
+    assert info.value.problems == ["search.type: a gp search needs PyTorch and SciPy on the driver's machine "
+                                   "(pip install 'pvm-dist[gp]'); tpe needs nothing more"]
+
+
+@pytest.mark.skipif(not HAS_GP, reason="a gp search needs the gp extra (PyTorch, SciPy)")
+def test_a_gp_sweep_runs_with_the_gp_extra(tmp_path, mlflow_uri, scripted):
+    search = {"type": "gp", "trials": 5, "startup_trials": 2}
+    assert isinstance(optuna_search._sampler(load_sweep(tpe(search=search)), 0), optuna.samplers.GPSampler)
+    out = new_driver(tmp_path, mlflow_uri, search=search).run()
+    assert out.status == "FINISHED" and [t["status"] for t in out.trials] == ["FINISHED"] * 5
+    study = study_of(SweepFolder(tmp_path, "s"))
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 5
+    # Past its 2 random trials the GP proposed the rest, inside the space.
+    assert all(0 <= t.params["seed"] <= 1000 and 0.5 <= t.params["momentum"] <= 0.95 for t in study.trials)
+    assert {f"t{t.number:03d}": t.value for t in study.trials} == {t["trial_id"]: t["metric"] for t in out.trials}
 
 
 def test_a_bad_search_block_is_one_line_and_exit_2_in_a_dry_run(tmp_path):
@@ -236,6 +252,10 @@ class EngineExecutor(ScriptedExecutor):
         while self._queued(trial_id) < 2 and self.at[trial_id] < self.chunks.steps:
             start = self.at[trial_id]
             end = self.at[trial_id] = self.chunks.end_after(start)
+            if (trial_id, end) in self.lose:  # its worker dies when this chunk's result would come (see poll)
+                index = next(i for i, t in self.workers.items() if t == trial_id)
+                self.events.append(WorkerLost(index, "host/node00 cpu", trial_id, "ActorDiedError: killed"))
+                return
             engine.run(end - start, source.frames)
             state = None
             if self.chunks.keeps_state(end):
@@ -246,6 +266,15 @@ class EngineExecutor(ScriptedExecutor):
             self.events.append(ChunkDone(trial_id, end - start, end, {"ratio_two_step": self.value[trial_id]},
                                          state, None))
 
+    def poll(self, timeout_s: float) -> list:
+        """A loss is spent when it is reported: one queued behind an exploit (which drops the member's queued
+        chunks) comes when the member trains that chunk again."""
+        out = super().poll(timeout_s)
+        for e in out:
+            if isinstance(e, WorkerLost):
+                self.lose = {lost for lost in self.lose if lost[0] != e.trial_id}
+        return out
+
 
 @pytest.fixture
 def engines(monkeypatch):
@@ -254,6 +283,7 @@ def engines(monkeypatch):
     monkeypatch.setattr(EngineExecutor, "kept", {})
     monkeypatch.setattr(EngineExecutor, "trial_of", {})
     monkeypatch.setattr(EngineExecutor, "starts", [])
+    monkeypatch.setattr(EngineExecutor, "lose", set())
     return EngineExecutor
 
 
@@ -368,6 +398,38 @@ def test_a_driver_dying_right_after_an_exploit_resumes_the_population(tmp_path, 
     assert restarts[exploit["trial"]] == exploit["step"] > 0  # the exploited one from the donor's copy
     row = {t["trial_id"]: t for t in out.trials}[exploit["trial"]]
     assert row["varied"] == [e for e in events if e["event"] == "exploit" and e["trial"] == exploit["trial"]][-1]["values"]
+
+
+def test_a_lost_workers_member_continues_from_its_last_checkpoint_with_its_explored_values(tmp_path, mlflow_uri,
+                                                                                           engines):
+    # The worst member (largest learning rate) copies the best at step 200; its worker dies at step 250, before
+    # its next checkpoint: the member's last checkpoint is that copy, with the values it explored.
+    plan = load_sweep(pbt()).plan()
+    worst = max(plan, key=lambda t: t.varied["initial_learning_rate"]).trial_id
+    engines.lose = {(worst, 250)}
+    d = new_population(tmp_path, mlflow_uri)
+    out = d.run()
+    assert out.status == "FINISHED" and {t["status"] for t in out.trials} == {"FINISHED"}
+    events = d.folder.events()
+    lost = [e for e in events if e["event"] == "trial_lost"]
+    assert [(e["trial"], e["step"], e["reason"]) for e in lost] == [(worst, 200, "worker lost: ActorDiedError: killed")]
+    before = events[:events.index(lost[0])]
+    exploit = [e for e in before if e["event"] == "exploit" and e["trial"] == worst][-1]
+    assert exploit["step"] == lost[0]["checkpoint_step"] == 200
+    # Two starts from that checkpoint: after the copy, and on the replacement worker; the same state bit for bit,
+    # the same explored values (not the plan's).
+    starts = [(t, s) for w, t, s in engines.starts if w == worst and s is not None and s["engine"]["step"] == 200]
+    assert len(starts) == 2
+    (copied, first), (replaced, second) = starts
+    assert copied.varied == replaced.varied == exploit["values"] != next(t.varied for t in plan if t.trial_id == worst)
+    assert first["engine"].keys() == second["engine"].keys()
+    for key, array in first["engine"].items():
+        assert np.asarray(array).tobytes() == np.asarray(second["engine"][key]).tobytes(), key
+    assert [e["step"] for e in events if e["event"] == "trial_started" and e["trial"] == worst][-1] == 200
+    assert {t["step"] for t in out.trials} == {300} and d.state.failures == 1
+    row = {t["trial_id"]: t for t in out.trials}[worst]
+    assert row["varied"] == exploit["values"]
+    check_exploits(d.folder)  # every exploit still copied its donor bit for bit
 
 
 @pytest.mark.parametrize("search, problem", [

@@ -694,9 +694,9 @@ def _search(c: _Checker, top: Mapping[str, Any], vary: Mapping[str, Distribution
             if dist.kind in ("grid", "choice") and not all(v is None or isinstance(v, (bool, int, float, str))
                                                             for v in dist.values):
                 c.add(f"vary.{param}", f"a {kind} search chooses among numbers and strings, got {dist.to_raw()!r}")
-        if kind == "gp" and importlib.util.find_spec("torch") is None:
-            c.add("search.type", "a gp search needs PyTorch on the driver's machine (pip install torch); "
-                                 "tpe needs nothing more")
+        if kind == "gp" and not all(importlib.util.find_spec(m) for m in ("torch", "scipy")):
+            c.add("search.type", "a gp search needs PyTorch and SciPy on the driver's machine "
+                                 "(pip install 'pvm-dist[gp]'); tpe needs nothing more")
     else:
         if "startup_trials" in raw:
             c.add("search.startup_trials", f"only tpe and gp searches have startup trials, not {kind}")
