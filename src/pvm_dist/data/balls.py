@@ -210,7 +210,7 @@ class BallSource:
         centres, pans = centres.astype(np.int32), pans.astype(np.int32)  # small ints: int32 arithmetic is faster
         src = ((seq * th + pans[:, 1])[:, None] + self._rows) * tw + pans[:, 0, None]
         out.reshape(m, h, w * c).view(self._row_item)[..., 0] = self._texture_runs[src]
-        (sy, sx), jy = self._win, self._jy
+        sx, jy = self._win[1], self._jy
         centres = centres.transpose(1, 0, 2)  # [nb, m, 2]: ball-major, so each ball's arrays are contiguous
         corner = np.minimum(np.maximum(centres - self.rmax, 0), self._corner_max)  # window (x, y) in the frame
         dx, dy = (corner - centres).transpose(2, 0, 1)  # [nb, m] each
