@@ -59,6 +59,27 @@ def mlflow_offline_env(monkeypatch):
     monkeypatch.delenv("PVM_MLFLOW_URI", raising=False)
 
 
+@pytest.fixture
+def scripted(monkeypatch):
+    """The driver runs on tests/scripted_executor.py's stand-in for Ray (no cluster, no workers)."""
+    from scripted_executor import ScriptedExecutor
+
+    from pvm_dist.sweep import driver as driver_module
+
+    monkeypatch.setattr(driver_module, "Executor", ScriptedExecutor)
+    monkeypatch.setattr(driver_module, "connect", lambda address: None)
+    monkeypatch.setattr(driver_module, "cluster_resources", lambda: {"CPU": 2.0})
+    monkeypatch.setattr(ScriptedExecutor, "lose", set())
+    monkeypatch.setattr(ScriptedExecutor, "fail", False)
+    return ScriptedExecutor
+
+
+@pytest.fixture(scope="module")
+def mlflow_uri(tmp_path_factory) -> str:
+    """One SQLite MLflow store per test module."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
 def native_cuda_available() -> bool:
     """True when the native module is built with CUDA and sees a GPU."""
     from pvm_dist.engine.native import build_info

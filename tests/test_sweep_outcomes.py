@@ -1,6 +1,6 @@
 """What a sweep's end tells the user: exit codes and failure reasons, ``sweep resume --retry-failed``, and the
 worker pool that grows to the trials that can run and releases idle workers. The CLI runs in this process
-with the scripted executor of tests/test_sweep_driver.py standing in for Ray (the whole-cluster cases are in
+with the scripted executor of tests/scripted_executor.py standing in for Ray (the whole-cluster cases are in
 tests/test_sweep_cluster.py)."""
 
 from __future__ import annotations
@@ -10,24 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_sweep_driver import ScriptedExecutor, make_driver
+from scripted_executor import make_driver
 
 from pvm_dist.cli.main import main
-from pvm_dist.sweep import driver as driver_module
 from pvm_dist.sweep import pool
 from pvm_dist.sweep.plan import Resources, load_sweep
 
 pytest.importorskip("mlflow")
-
-
-@pytest.fixture
-def scripted(monkeypatch):
-    monkeypatch.setattr(driver_module, "Executor", ScriptedExecutor)
-    monkeypatch.setattr(driver_module, "connect", lambda address: None)
-    monkeypatch.setattr(driver_module, "cluster_resources", lambda: {"CPU": 2.0})
-    monkeypatch.setattr(ScriptedExecutor, "lose", set())
-    monkeypatch.setattr(ScriptedExecutor, "fail", False)
-    return ScriptedExecutor
 
 
 def cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -43,11 +32,6 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
         sys.argv = old
     out = capsys.readouterr()
     return code, out.out, out.err
-
-
-@pytest.fixture(scope="module")
-def mlflow_uri(tmp_path_factory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
 
 
 def sweep_args(tmp_path: Path, seeds: list[int], mlflow_uri: str) -> list[str]:

@@ -23,7 +23,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from sweep_helpers import run, sweep_file
-from test_sweep_driver import ScriptedExecutor
+from scripted_executor import ScriptedExecutor
 
 from pvm_dist.data import make_source
 from pvm_dist.engine import build_engine
@@ -43,20 +43,6 @@ def tpe(**extra) -> dict:
     return {"name": "s", "spec": "tiny", "steps": 600, "checkpoint_every": 200, "metrics_every": 100,
             "vary": {"seed": {"randint": [0, 1000]}, "momentum": {"uniform": [0.5, 0.95]}},
             "search": {"type": "tpe", "trials": TRIALS, "startup_trials": 3}, "max_concurrent": CONCURRENT, **extra}
-
-
-@pytest.fixture
-def scripted(monkeypatch):
-    monkeypatch.setattr(driver_module, "Executor", ScriptedExecutor)
-    monkeypatch.setattr(driver_module, "connect", lambda address: None)
-    monkeypatch.setattr(ScriptedExecutor, "lose", set())
-    monkeypatch.setattr(ScriptedExecutor, "fail", False)
-    return ScriptedExecutor
-
-
-@pytest.fixture(scope="module")
-def mlflow_uri(tmp_path_factory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
 
 
 def new_driver(tmp_path, mlflow_uri, **extra) -> Driver:
