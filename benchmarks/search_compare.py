@@ -53,7 +53,7 @@ def sweeps(preset: str, trials: int, steps: int, n_seq: int, concurrency: int, s
     common = {"spec": p["spec"], "vary": p["space"], "seed": seed, "steps": steps, "n_seq": n_seq,
               "checkpoint_every": interval, "metrics_every": interval // 2, "max_concurrent": concurrency,
               "data": "synthetic:balls", "metric": {"name": "ratio_two_step", "mode": "min"}, "animation_frames": 0,
-              "heldout_steps": 0, **p["extra"],
+              "heldout_steps": 0, "readout": False, **p["extra"],
               "overrides": {"delay_each_layer_learning": p["layer_delay"], "delay_intermediate_learning_rate": steps // 2,
                             "delay_final_learning_rate": 10 * steps}}
     if p["extra"].get("device") == "cuda":

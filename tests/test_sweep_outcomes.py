@@ -209,3 +209,33 @@ def test_gpu_workers_report_utilisation_memory_and_power_under_mlflow_system_nam
         "system/gpu_3_power_usage_percentage": 50.0}
     monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed: no figures, no error
     assert gpu_sampler(["0"]) is None
+
+
+@pytest.mark.parametrize("readout,said", [({}, True), ({"readout": False}, False)])
+def test_a_gpu_sweep_says_the_host_readout_will_hold_its_trials_back(tmp_path, scripted, mlflow_uri, monkeypatch,
+                                                                   readout, said):
+    """The readout trains on the host at every step: on GPU workers that, not the engine, sets a trial's
+    speed (tiny ~550 steps/s on an H200), so a GPU sweep with it on says so before its trials start."""
+    import dataclasses
+
+    monkeypatch.setattr(scripted, "cluster_resources", lambda self: {"CPU": 2.0, "GPU": 1.0})
+    d = make_driver(tmp_path, mlflow_uri, vary={"seed": [1]}, **readout)
+    notices: list[str] = []
+    d.opts = dataclasses.replace(d.opts, on_notice=notices.append)
+    assert d.run().status == "FINISHED"
+    assert d.demand.gpus == 1.0
+    hits = [n for n in notices if "readout on the host" in n]
+    assert len(hits) == (1 if said else 0)
+    if said:
+        assert hits[0].startswith("each trial trains the readout on the host at every step from step 0")
+        assert "readout: false in a sweep file" in hits[0]
+
+
+def test_a_run_config_names_the_readout_cost_only_while_the_readout_trains():
+    from pvm_dist.model.spec import load_spec
+    from pvm_dist.run.config import RunConfig
+
+    tiny = load_spec("tiny")
+    assert "from step 500" in RunConfig(spec=tiny, steps=1000, readout_from=500).readout_note()
+    assert RunConfig(spec=tiny, steps=1000, readout_from=1000).readout_note() is None
+    assert RunConfig(spec=tiny, steps=1000, readout=False).readout_note() is None

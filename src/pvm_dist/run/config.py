@@ -106,6 +106,19 @@ class RunConfig:
             args += ["--readout-lr", str(self.readout_lr)] if self.readout_lr is not None else []
         return shlex.join(args)
 
+    def readout_note(self, what: str = "this run") -> str | None:
+        """One line for a GPU engine that will wait on the host's readout, or None where it will not.
+
+        The readout is numpy on the host and trains at every labelled step from ``readout_from``: on a GPU
+        that, not the engine, sets the speed (an H200 trains tiny at ~550 steps/s and small at ~16 with it,
+        against thousands without it), so say so before a long run starts.
+        """
+        if not self.readout or self.readout_from >= self.steps:
+            return None
+        return (f"{what} trains the readout on the host at every step from step {self.readout_from:,} (labelled "
+                f"data): the GPU engine waits for it, far below its own speed; --no-readout (readout: false in "
+                f"a sweep file) or a late --readout-from (readout_from) keeps the GPU busy")
+
     @property
     def heldout_seed(self) -> int:
         """Seed of the held-out data: synthetic scenes training never saw."""

@@ -56,7 +56,7 @@ class Session:
         if not learn:
             self.engine.freeze()
         self.background = BackgroundBaseline()
-        self._on_gpu = self.engine.device_label.startswith("cuda")
+        self.on_gpu = self.engine.device_label.startswith("cuda")
         if self.step > 0:  # a resume: the running mean as an unbroken run would have it
             first = max(0, self.step - PRIME_STEPS)
             self._observe(first, self.source.frames_block(first, self.step - first))
@@ -79,7 +79,7 @@ class Session:
 
     def _observe(self, first_step: int, frames: Any) -> None:
         """The frames the engine trains on, into the background baseline (on the engine's GPU if it has one)."""
-        if self._on_gpu and isinstance(frames, np.ndarray):
+        if self.on_gpu and isinstance(frames, np.ndarray):
             import cupy
 
             frames = cupy.asarray(frames)

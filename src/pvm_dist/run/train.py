@@ -185,6 +185,9 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
     note = run_state.disk_note(cfg, kept, 1, str(run_dir))
     if note:  # said once the model is known to fit, before the first checkpoint
         logger.warning("pvm-dist: %s", note)
+    note = cfg.readout_note() if session.readout is not None and session.on_gpu else None
+    if note:
+        logger.warning("pvm-dist: %s", note)
     tracker = None
     if cfg.track:
         tracker, cfg = _start_tracker(cfg, session, run_dir)

@@ -241,6 +241,9 @@ class Driver:
         if note:
             self._notice(note)
         d = self.demand
+        note = run.readout_note("each trial") if d.gpus else None
+        if note:
+            self._notice(note)
         self.folder.append("pool", gpus=d.gpus, cpus=d.cpus, limit=d.limit, asked=d.asked, cluster=cluster)
         if not d.gpus:
             self._notice(f"no GPU in the cluster: trials run on up to {d.limit} CPU worker(s) of {d.cpus:g} CPU; on an "
