@@ -78,15 +78,10 @@ def list_sweeps(
     if not rows:
         typer.echo(f"no sweeps submitted to {cluster.address}")
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    tab = Table(show_edge=False)
-    for col in ("sweep", "state", "jobs", "submitted", "root"):
-        tab.add_column(col, no_wrap=True)
+    width = max(len(r["sweep_id"]) for r in rows)
+    typer.echo(f"{'sweep':<{width}}  {'state':<9}  jobs  {'submitted':<19}  root")
     for r in rows:
-        tab.add_row(r["sweep_id"], r["status"], str(r["jobs"]), _when(r["submitted"]), r["root"])
-    Console().print(tab)
+        typer.echo(f"{r['sweep_id']:<{width}}  {r['status']:<9}  {r['jobs']:>4}  {_when(r['submitted']):<19}  {r['root']}")
 
 
 def remote_status(sweep_id: str, address: str | None, root: str | None, as_json: bool) -> None:

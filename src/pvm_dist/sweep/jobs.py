@@ -230,7 +230,7 @@ def job_output(text: str, keep_banner: bool = False) -> str:
     """A job's log without the lines Ray writes before the entrypoint runs."""
     lines = text.splitlines(keepends=True)
     if not keep_banner:
-        lines = [ln for ln in lines if not ln.startswith("Running entrypoint for job ") and " INFO job_manager.py" not in ln]
+        lines = [ln for ln in lines if not ln.startswith("Running entrypoint for job ") and "INFO job_manager.py" not in ln]
     return "".join(lines)
 
 
