@@ -161,3 +161,31 @@ def test_a_bad_cluster_address_or_root_is_one_line_and_exit_2(tmp_path, monkeypa
     code, _, err = run_cli(monkeypatch, capsys, "sweep", *args)
     assert code == 2 and error_lines(err) == [err.strip()] and said in err, err
     assert time.monotonic() - t0 < 10
+
+
+def test_the_entrypoint_runs_the_clusters_pvm_dist_with_home_expanded_there(tmp_path):
+    from pvm_dist.sweep.jobs import entrypoint
+
+    line = entrypoint(["run", "sweep.json", "--mlflow", "sqlite:///~/my sweeps/mlflow.db"], "~/my sweeps")
+    assert line.startswith("exec pvm-dist sweep run ")  # exec: Ray's stop signal reaches the driver itself
+    words = subprocess.run(["sh", "-c", line.replace("exec pvm-dist", "printf '%s\\n'", 1)], capture_output=True,
+                           text=True, env={"HOME": "/home/u v"}, check=True).stdout.splitlines()
+    assert words == ["sweep", "run", "sweep.json", "--mlflow", "sqlite:////home/u v/my sweeps/mlflow.db",
+                     "--root", "/home/u v/my sweeps"]
+
+
+def test_a_submitted_sweep_carries_its_definition_and_spec_files_not_the_laptops_paths(tmp_path):
+    from pvm_dist.model.spec import resolve_spec_path
+    from pvm_dist.sweep.jobs import package_sweep
+    from pvm_dist.sweep.plan import load_sweep
+
+    spec = tmp_path / "mine.json"
+    spec.write_text(resolve_spec_path("tiny").read_text())
+    sweep = load_sweep(sweep_file(tmp_path, "pkg", spec="mine.json", vary={"seed": [1, 2]}))
+    (tmp_path / "pkg").mkdir()  # as submit's temporary folder
+    package_sweep(sweep, tmp_path / "pkg")
+    assert sorted(p.relative_to(tmp_path / "pkg").as_posix() for p in (tmp_path / "pkg").rglob("*.*")) == \
+        ["specs/mine.json", "sweep.json"]
+    shipped = load_sweep(tmp_path / "pkg" / "sweep.json")  # as the job reads it, in its working_dir
+    assert [t.to_dict() | {"spec": None} for t in shipped.plan()] == [t.to_dict() | {"spec": None} for t in sweep.plan()]
+    assert shipped.specs == (str(tmp_path / "pkg" / "specs" / "mine.json"),)
