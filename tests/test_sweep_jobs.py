@@ -34,6 +34,11 @@ def _cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.Co
     return subprocess.run([*cli_command(), "sweep", *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _start(*args: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([*cli_command(), "sweep", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
 @contextlib.contextmanager
 def _ray_head(env: dict[str, str]) -> Iterator[str]:
     """``ray start --head --block`` with its dashboard on 127.0.0.1 and a temp dir of its own (short: Ray's
@@ -121,29 +126,32 @@ def test_submitted_sweep_is_listed_watched_stopped_and_resumed_through_the_dashb
         (run,) = trial_runs(mlflow_runs(root, "jobs")).values()  # the trial's run is closed, not left RUNNING
         assert run.info.status == "KILLED"
 
-        status = _cli("status", sweep_id, "--address", address, "--json", env=env)
-        assert status.returncode == 0, status.stderr + status.stdout
-        got = json.loads(status.stdout)
-        assert got["job"]["status"] == "STOPPED" and got["job"]["job_id"] == sweep_id
-        assert got["status"] == "INTERRUPTED" and got["trials"][0]["step"] <= at_stop < STEPS, got
         logs = _cli("logs", sweep_id, "--address", address, env=env)
         assert f"--sweep-id {sweep_id}" in logs.stdout and f"sweep {sweep_id}: interrupted" in logs.stdout, logs.stdout
 
         resumed = _cli("resume", sweep_id, "--address", address, "--json", env=env)
         assert resumed.returncode == 0, resumed.stderr
         job_id = json.loads(resumed.stdout)["job_id"]
+        # While the resumed driver trains: status (a short job reading the journal), list, an unknown id.
+        status, listed, unknown = (_start("status", sweep_id, "--address", address, "--json", env=env),
+                                   _start("list", "--address", address, "--json", env=env),
+                                   _start("logs", "no-such-sweep", "--address", address, env=env))
+        out, err = status.communicate(timeout=120)
+        assert status.returncode == 0, err + out
+        got = json.loads(out)
+        assert got["job"]["job_id"] == job_id and got["job"]["status"] in ("PENDING", "RUNNING", "SUCCEEDED"), got
+        assert got["trials"][0]["trial_id"] == "t000" and got["trials"][0]["step"] >= at_stop, got  # the journal
+        row = next(r for r in json.loads(listed.communicate(timeout=120)[0]) if r["sweep_id"] == sweep_id)
+        assert (row["jobs"], row["job_id"]) == (2, job_id), row
+        err = unknown.communicate(timeout=120)[1]
+        assert unknown.returncode == 2 and err.count("\n") == 1 and "no sweep no-such-sweep" in err, err
+
         _wait_for(folder, lambda e: e["event"] == "sweep_ended" and e["status"] == "FINISHED", timeout=180)
-        row = next(r for r in json.loads(_cli("list", "--address", address, "--json", env=env).stdout)
-                   if r["sweep_id"] == sweep_id)
-        assert (row["jobs"], row["job_id"]) == (2, job_id) and row["status"] in ("RUNNING", "SUCCEEDED"), row
         evs = events(folder)
-        assert of(evs, "sweep_ended")[-1]["status"] == "FINISHED"
         assert of(evs, "trial_started", "t000")[-1]["step"] == at_stop  # continued from the stop's checkpoint
+        assert of(evs, "trial_ended", "t000")[-1]["step"] == STEPS
         (again,) = trial_runs(mlflow_runs(root, "jobs")).values()
         assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
-
-        unknown = _cli("logs", "no-such-sweep", "--address", address, env=env)
-        assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "no sweep no-such-sweep" in unknown.stderr
 
 
 @pytest.mark.parametrize("args, said", [
