@@ -10,10 +10,10 @@ Build the native engine with CUDA first (``PVM_DIST_CUDA=ON pip install --no-bui
 GPU host quietly builds the CPU engine, and the rates are the CPU's).
 
     python3 benchmarks/packing.py OUT_DIR [--specs tiny,small] [--ks 1,2,4,8] [--steps tiny=40000,small=20000]
-        [--large STEPS]
+        [--large STEPS] [--large-every STEPS]
 
 ``--large STEPS`` then runs two LARGE trials one after the other (one GPU each), checkpointing every
-STEPS/2 steps, and records the aggregate against the trials' own frames/s, the driver loop's longest
+``--large-every`` steps (default STEPS/2), and records the aggregate against the trials' own frames/s, the driver loop's longest
 block and each checkpoint's write time (``large.json``).
 """
 
@@ -36,6 +36,7 @@ def main() -> int:
     ap.add_argument("--ks", default="1,2,4,8")
     ap.add_argument("--steps", default="tiny=40000,small=20000")
     ap.add_argument("--large", type=int, default=0)
+    ap.add_argument("--large-every", type=int, default=0)
     args = ap.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from pvm_dist.sweep.driver import DriverOptions, run_sweep
@@ -60,6 +61,9 @@ def main() -> int:
                    "devices": _devices(out.folder)}
             print(json.dumps(row), flush=True)
             rows.append(row)
+            if "cpu" in row["devices"]:  # a build without CUDA: its rates are the CPU's, not worth recording
+                print(f"trials ran on {row['devices']}: build with PVM_DIST_CUDA=ON", file=sys.stderr)
+                return 1
             args.out_dir.mkdir(parents=True, exist_ok=True)  # after each sweep: a run cut short keeps its rows
             (args.out_dir / "packing.json").write_text(json.dumps(rows, indent=2) + "\n")
     base = {r["spec"]: r["aggregate_frames_per_s"] for r in rows if r["k"] == 1}
@@ -72,15 +76,15 @@ def main() -> int:
     print("\n".join(lines))
     ok = all(r["status"] == "FINISHED" for r in rows)
     if args.large:
-        ok = _large(args.large, work, args.out_dir) and ok
+        ok = _large(args.large, args.large_every or args.large // 2, work, args.out_dir) and ok
     return 0 if ok else 1
 
 
-def _large(steps: int, work: Path, out_dir: Path) -> bool:
+def _large(steps: int, every: int, work: Path, out_dir: Path) -> bool:
     from pvm_dist.sweep.driver import DriverOptions, run_sweep
     from pvm_dist.sweep.plan import load_sweep
 
-    sweep = load_sweep({"name": "large-ckpt", "spec": "LARGE", "steps": steps, "checkpoint_every": steps // 2,
+    sweep = load_sweep({"name": "large-ckpt", "spec": "LARGE", "steps": steps, "checkpoint_every": every,
                         "metrics_every": steps // 10, "data": "synthetic:balls", "backend": "native",
                         "vary": {"seed": [1, 2]}, "heldout_steps": 0, "animation_frames": 0, "max_concurrent": 1,
                         "resources": {"gpus_per_actor": 1}})
@@ -93,8 +97,9 @@ def _large(steps: int, work: Path, out_dir: Path) -> bool:
            "checkpoints_dropped": out.checkpoints_dropped,
            "checkpoint_write_s": [e["seconds"] for e in events if e["event"] == "checkpoint"],
            "checkpoint_bytes": sorted(p.stat().st_size for p in out.folder.rglob("step_*.pvmckpt"))[-1:],
-           "seconds": out.seconds}
+           "seconds": out.seconds, "steps": steps, "checkpoint_every": every, "devices": _devices(out.folder)}
     print(json.dumps(row), flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "large.json").write_text(json.dumps(row, indent=2) + "\n")
     return out.status == "FINISHED"
 

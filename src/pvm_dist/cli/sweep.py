@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from pvm_dist.cli import sweep_jobs
 from pvm_dist.sweep.journal import DEFAULT_ROOT
 
 #: As in pvm_dist.sweep.driver (not imported here: the CLI imports Ray and MLflow only when a sweep runs).
@@ -124,6 +125,7 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the trial plan and exit.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="No live table; print the outcome as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live table.")] = False,
+    sweep_id: Annotated[str | None, typer.Option("--sweep-id", hidden=True, help="The id `sweep submit` chose.")] = None,
 ) -> None:
     """Run a sweep: one Ray worker per GPU (CPU workers without GPUs), a nested MLflow run per trial.
 
@@ -138,19 +140,24 @@ def run(
         print_plan(sweep, as_json)
         return
     check_root(root)
+    if sweep_id is not None:  # a submitted driver: its default MLflow store lives in the root it may create first
+        from pvm_dist.sweep.jobs import check_sweep_id
+
+        check_sweep_id(sweep_id)
+        root.mkdir(parents=True, exist_ok=True)
     from pvm_dist.tracking.reach import check_store
     from pvm_dist.tracking.tracker import default_tracking_uri
 
     check_store(mlflow_uri or default_tracking_uri(), write=True)
     opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, experiment=experiment, max_concurrent=max_concurrent,
                          root=root, no_worker_timeout_s=worker_wait, on_notice=_notice)
-    _finish(_with_live_table(lambda: run_sweep(sweep, opts), opts, show=not (as_json or quiet)), as_json, root)
+    _finish(_with_live_table(lambda: run_sweep(sweep, opts, sweep_id), opts, show=not (as_json or quiet)), as_json, root)
 
 
 @sweep_app.command("resume")
 def resume(
     sweep_id: Annotated[str, typer.Argument(help="The sweep's id (its folder name under --root).")],
-    address: Annotated[str | None, typer.Option("--address", help="Ray cluster (default: start a local one).")] = None,
+    address: Annotated[str | None, typer.Option("--address", help="Ray cluster (default: start a local one); its dashboard, http://HEAD:8265, resumes the sweep there as a Ray Job.")] = None,
     mlflow_uri: Annotated[str | None, typer.Option("--mlflow", help="MLflow tracking URI (default: the one the sweep used).")] = None,
     max_concurrent: Annotated[int | None, typer.Option("--max-concurrent", help="At most this many trials at once.", min=1)] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Run FAILED trials again, from their last checkpoint (or from scratch), in their own MLflow runs.")] = False,
@@ -162,7 +169,14 @@ def resume(
     """Continue a sweep after its driver stopped: finished trials are kept, the others continue from their
     last checkpoints in the same MLflow runs (FAILED ones too with --retry-failed)."""
     from pvm_dist.sweep.driver import DriverOptions, resume_sweep
+    from pvm_dist.sweep.jobs import is_jobs_address
 
+    if is_jobs_address(address):
+        args = [*(["--mlflow", mlflow_uri] if mlflow_uri else []), *(["--retry-failed"] if retry_failed else []),
+                *(["--max-concurrent", str(max_concurrent)] if max_concurrent else []), "--worker-wait", f"{worker_wait:g}"]
+        sweep_jobs.remote_resume(sweep_id, address, None if root == DEFAULT_ROOT else str(root), args,
+                                 sweep_jobs.STOP_WAIT_S, as_json)
+        return
     check_root(root)
     opts = DriverOptions(address=address, mlflow_uri=mlflow_uri, max_concurrent=max_concurrent, root=root,
                          retry_failed=retry_failed, no_worker_timeout_s=worker_wait, on_notice=_notice)
@@ -175,8 +189,14 @@ def status(
     sweep_id: Annotated[str | None, typer.Argument(help="The sweep's id (default: the newest under --root).")] = None,
     root: Annotated[Path, typer.Option("--root", help=ROOT_HELP)] = DEFAULT_ROOT,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    address: Annotated[str | None, typer.Option("--address", help="A cluster's dashboard (http://HEAD:8265): the status of a sweep submitted there.")] = None,
 ) -> None:
     """A sweep's trials (status, step, fps, metric, ETA, where) from its journal; works while it runs."""
+    if address is not None:
+        if sweep_id is None:
+            raise typer.BadParameter("give the sweep's id with --address", param_hint="'SWEEP_ID'")
+        sweep_jobs.remote_status(sweep_id, address, None if root == DEFAULT_ROOT else str(root), as_json)
+        return
     from pvm_dist.sweep import progress
     from pvm_dist.sweep.journal import SweepFolder, SweepNotFound
     from pvm_dist.sweep.plan import load_sweep
@@ -200,6 +220,9 @@ def status(
     Console().print(progress.table(state, trials, sweep.steps, sweep.metric, f"{sweep_id} · {state.status}"))
     if state.reason:
         typer.echo(f"reason: {state.reason}")
+
+
+sweep_jobs.register(sweep_app)
 
 
 def _deliver_spools(folder: Path) -> None:
