@@ -4,7 +4,8 @@
 For each spec and k it runs a sweep of k trials (seeds 1..k, the same steps each) on one local Ray with one
 GPU, so all k run at once on that GPU, and records the sweep's aggregate frames/s (frames over the time from
 the first trial's start to the end) and the median trial's own frames/s. Writes ``packing.md`` and
-``packing.json`` to OUT_DIR.
+``packing.json`` to OUT_DIR. The readout is off: it trains on the host at every step, and with it a trial's
+rate is the host's (tiny ~550 frames/s on an H200), not the GPU's.
 
 Build the native engine with CUDA first (``PVM_DIST_CUDA=ON pip install --no-build-isolation .``: without it a
 GPU host quietly builds the CPU engine, and the rates are the CPU's).
@@ -50,7 +51,8 @@ def main() -> int:
             sweep = load_sweep({"name": f"pack-{spec}-{k}", "spec": spec, "steps": steps[spec],
                                 "checkpoint_every": steps[spec], "metrics_every": steps[spec] // 10,
                                 "data": "synthetic:balls", "backend": "native", "vary": {"seed": list(range(1, k + 1))},
-                                "heldout_steps": 0, "animation_frames": 0, "resources": {"trials_per_gpu": k}})
+                                "heldout_steps": 0, "animation_frames": 0, "readout": False,
+                                "resources": {"trials_per_gpu": k}})
             t0 = time.perf_counter()
             out = run_sweep(sweep, DriverOptions(mlflow_uri=f"sqlite:///{work / 'mlflow.db'}", root=work / "sweeps"))
             per_trial = [t["frames_per_s"] for t in out.trials if t["frames_per_s"]]
@@ -86,7 +88,8 @@ def _large(steps: int, every: int, work: Path, out_dir: Path) -> bool:
 
     sweep = load_sweep({"name": "large-ckpt", "spec": "LARGE", "steps": steps, "checkpoint_every": every,
                         "metrics_every": steps // 10, "data": "synthetic:balls", "backend": "native",
-                        "vary": {"seed": [1, 2]}, "heldout_steps": 0, "animation_frames": 0, "max_concurrent": 1,
+                        "vary": {"seed": [1, 2]}, "heldout_steps": 0, "animation_frames": 0, "readout": False,
+                        "max_concurrent": 1,
                         "resources": {"gpus_per_actor": 1}})
     out = run_sweep(sweep, DriverOptions(mlflow_uri=f"sqlite:///{work / 'mlflow.db'}", root=work / "sweeps"))
     events = [json.loads(line) for line in (out.folder / "journal.jsonl").read_text().splitlines()]
