@@ -154,4 +154,4 @@ def test_a_sweep_off_a_terminal_logs_plain_lines(tmp_path):
     first = state.trials[trials[0].trial_id]
     first.status, first.step, first.metric = RUNNING, 2000, 1.75
     line = progress.log_line(state, [t.to_dict() for t in trials], sweep.steps, sweep.metric)
-    assert line.startswith("0/4 trials done · running: t000 2,000/10,000 ratio_two_step 1.75 · overall ETA ")
+    assert line.startswith("0/2 trials done · running: t000 2,000/80,000 ratio_two_step 1.75 · overall ETA ")
