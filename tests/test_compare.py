@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
+from cli_inprocess import run_cli
 from conftest import cli_command
 
 mlflow = pytest.importorskip("mlflow")
@@ -118,3 +120,51 @@ def test_group_by_seed_gives_mean_and_std():
     assert groups["0.1"]["runs"] == 2 and groups["0.1"]["metric_mean"] == 2.0
     assert groups["0.1"]["metric_std"] == pytest.approx(2 ** 0.5)
     assert groups["0.2"]["runs"] == 1 and groups["0.2"]["metric_std"] == 0.0
+
+
+@pytest.fixture
+def lr_matters_store(tmp_path, migrated_db):
+    """Twelve finished trials (lr × momentum × seed) where the learning rate decides the ratio and momentum
+    and seed move it by less than a hundredth; one more trial stopped early by ASHA, which must not count."""
+    shutil.copy(migrated_db, tmp_path / "imp.db")  # the schema made once per session
+    from mlflow.entities import Metric, Param
+
+    uri = f"sqlite:///{tmp_path / 'imp.db'}"
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("imp", artifact_location=str(tmp_path / "art"))
+
+    def log(run_id: str, params: dict[str, str], ratio: float) -> None:
+        client.log_batch(run_id, metrics=[Metric("ratio_two_step", ratio, 0, 10)],
+                         params=[Param(k, v) for k, v in params.items()])
+        client.set_terminated(run_id)
+
+    ratio = {"0.1": 1.6, "0.2": 1.3, "0.4": 1.0}
+    trials = [(lr, mom, seed) for lr in ratio for mom in ("0.1", "0.5") for seed in ("0", "1")]
+    for i, (lr, mom, seed) in enumerate([*trials, ("0.1", "0.1", "2")]):
+        stopped = i == len(trials)
+        run = client.create_run(exp, run_name=f"t{i:03d}", tags={"sweep_status": "STOPPED" if stopped else "FINISHED"})
+        value = 0.2 if stopped else ratio[lr] + 0.004 * float(mom) + 0.003 * int(seed)
+        log(run.info.run_id, {"varied.initial_learning_rate": lr, "varied.momentum": mom, "seed": seed}, value)
+    few = client.create_experiment("few", artifact_location=str(tmp_path / "art"))
+    for lr in ("0.1", "0.2", "0.3"):
+        run = client.create_run(few, run_name=f"lr{lr}")
+        log(run.info.run_id, {"varied.initial_learning_rate": lr}, float(lr))
+    return uri
+
+
+def test_importance_finds_the_parameter_that_decides_the_ratio(lr_matters_store, monkeypatch, capsys):
+    code, out, err = run_cli(monkeypatch, capsys, "compare", "imp", "--mlflow", lr_matters_store, "--importance", "--json")
+    assert code == 0, err
+    imp = json.loads(out)["importance"]
+    assert imp["finished"] == 12  # the stopped trial's ratio is from another step: left out
+    params = {p["name"]: p for p in imp["params"]}
+    assert [p["name"] for p in imp["params"]][0] == "lr" and params["lr"]["best_value"] == "0.4"
+    assert params["lr"]["importance"] > 0.6 > params["mom"]["importance"] and params["seed"]["importance"] < 0.3
+    assert sum(p["importance"] for p in imp["params"]) == pytest.approx(1.0)
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", "imp", "--mlflow", lr_matters_store, "--importance")
+    assert code == 0 and "PED-ANOVA" in out and "12 finished runs" in out
+    lines = {line.split()[1]: line for line in out.splitlines() if line.strip().startswith("│ ") and "0." in line}
+    assert set(lines) >= {"lr", "mom", "seed"}
+    # Too few finished runs: one line saying how many it needs, and the comparison still printed.
+    code, out, _ = run_cli(monkeypatch, capsys, "compare", "few", "--mlflow", lr_matters_store, "--importance")
+    assert code == 0 and "importance: needs 8 finished runs, this experiment has 3" in out and "lr0.2" in out

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import os
 import re
 import signal
@@ -112,6 +114,31 @@ def test_pictures_reach_mlflow_as_an_image_series_with_steps(tmp_path, capfd):
     assert run.data.tags["pvm_dist.command"].startswith("pvm-dist train --spec tiny --steps 40 ")
     assert run.data.tags["mlflow.user"] and run.data.tags["mlflow.source.name"] == "pvm-dist"
     assert "prediction.gif" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    (given,) = run.inputs.dataset_inputs  # the data as an MLflow dataset: the generator and its digest
+    assert (given.dataset.name, given.dataset.source_type) == ("synthetic:balls", "code")
+    assert given.dataset.digest == cfg.datasets()[0]["digest"] and json.loads(given.dataset.source)["seed"] == 0
+    assert {(t.key, t.value) for t in given.tags} == {("mlflow.data.context", "training")}
+
+
+def test_a_data_digest_follows_the_content_not_the_run(tmp_path):
+    """Files: the same bytes give the same digest, a changed frame another; synthetic data: the seed and the
+    number of sequences decide the frames, so they decide the digest; data not on this machine is named."""
+    from pvm_dist.data.identity import dataset_input
+
+    clip = tmp_path / "clip"
+    clip.mkdir()
+    for i in range(3):
+        (clip / f"{i:04d}.png").write_bytes(bytes([i]) * 100)
+    first = dataset_input(str(clip), (12, 12, 3), 1, 0)
+    assert first["source_type"] == "local" and json.loads(first["profile"]) == {"kind": "files", "files": 3, "bytes": 300}
+    assert json.loads(first["source"])["uri"] == clip.resolve().as_uri()
+    assert dataset_input(str(clip), (12, 12, 3), 4, 7)["digest"] == first["digest"]
+    (clip / "0001.png").write_bytes(b"x" * 100)
+    assert dataset_input(str(clip), (12, 12, 3), 1, 0)["digest"] != first["digest"]
+    balls = {dataset_input("synthetic:balls", (12, 12, 3), n, seed)["digest"] for n, seed in [(1, 0), (1, 1), (2, 0)]}
+    assert len(balls) == 3
+    away = dataset_input(str(tmp_path / "elsewhere.mp4"), (12, 12, 3), 1, 0)
+    assert "not all files are on this machine" in json.loads(away["profile"])["note"]
 
 
 def test_a_sweep_off_a_terminal_logs_plain_lines(tmp_path):
@@ -127,4 +154,4 @@ def test_a_sweep_off_a_terminal_logs_plain_lines(tmp_path):
     first = state.trials[trials[0].trial_id]
     first.status, first.step, first.metric = RUNNING, 2000, 1.75
     line = progress.log_line(state, [t.to_dict() for t in trials], sweep.steps, sweep.metric)
-    assert line.startswith("0/4 trials done · running: t000 2,000/10,000 ratio_two_step 1.75 · overall ETA ")
+    assert line.startswith("0/2 trials done · running: t000 2,000/80,000 ratio_two_step 1.75 · overall ETA ")

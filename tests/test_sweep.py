@@ -217,6 +217,10 @@ def test_sweep_from_the_repo_root_trains_on_the_native_engine_like_train(tmp_pat
     client = mlflow.MlflowClient(uri)
     listed = {a.path for a in client.list_artifacts(trial.info.run_id)}
     assert {"prediction.gif", "pictures", "checkpoints"} <= listed
+    # Both name their data as the same MLflow dataset (synthetic balls of seed 0: one digest).
+    given = [[(d.dataset.name, d.dataset.digest) for d in client.get_run(r.info.run_id).inputs.dataset_inputs]
+             for r in (trial, local)]
+    assert given[0] == given[1] and given[0][0][0] == "synthetic:balls" and len(given[0]) == 1
 
 
 @pytest.mark.skipif(native_module() is None or bool(build_info().get("devices")),

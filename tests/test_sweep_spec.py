@@ -51,13 +51,11 @@ def test_every_experiment_loads_and_plans():
 
 def test_quickstart_is_the_documented_grid():
     sweep = load_sweep(REPO / "experiments" / "quickstart.yaml")
-    assert sweep.name == "quickstart" and sweep.specs == ("first",) and sweep.steps == 10000
-    assert (sweep.run.checkpoint_every, sweep.run.metrics_every, sweep.metric, sweep.mode) == (5000, 1000, "ratio_two_step", "min")
+    assert sweep.name == "quickstart" and sweep.specs == ("first",) and sweep.steps == 80000
+    assert (sweep.run.checkpoint_every, sweep.run.metrics_every, sweep.metric, sweep.mode) == (40000, 1000, "ratio_two_step", "min")
     trials = sweep.plan()
-    assert [t.trial_id for t in trials] == ["t000", "t001", "t002", "t003"]
-    assert [t.overrides for t in trials] == [
-        {"initial_learning_rate": lr, "momentum": m} for lr in (0.1, 0.4) for m in (0.1, 0.5)
-    ]
+    assert [t.trial_id for t in trials] == ["t000", "t001"]
+    assert [t.overrides for t in trials] == [{"initial_learning_rate": 0.15, "momentum": m} for m in (0.1, 0.3)]
 
 
 def test_lr_random_search_has_asha_milestones():

@@ -589,6 +589,7 @@ def compare(
     top: Annotated[int, typer.Option("--top", help="Rows to show (and curves to plot).", min=1)] = 20,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves of the top runs to this PNG.")] = None,
     group: Annotated[str | None, typer.Option("--group-by", help="Merge runs that differ only in this param (e.g. seed): mean ± std.")] = None,
+    importance: Annotated[bool, typer.Option("--importance", help="Which varied params matter (Optuna's PED-ANOVA over the finished runs; needs 8).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Compare an experiment's runs: the params that differ, the last step, how each ended, final metrics and fps, best first."""
@@ -612,12 +613,18 @@ def compare(
             raise UserError(f"--group-by {group}: not a param that differs between runs "
                             f"(those: {', '.join(result['columns'].values()) or 'none'})")
         result["groups"] = group_by(result["runs"], group)
+    if importance:
+        from pvm_dist.tracking.importance import importances
+
+        result["importance"] = importances(result["runs"], result["columns"], result["descending"])
     if plot is not None:
         result["plot"] = str(plot_curves(uri, [r["run_id"] for r in runs], [r["label"] for r in runs], metric, plot))
     if as_json:
         _print_json({**result, "runs": runs})
         return
     _print_comparison(result, runs)
+    if importance:
+        _print_importance(result["importance"], result["metric"])
 
 
 def _print_comparison(result: dict, runs: list[dict]) -> None:
@@ -651,6 +658,25 @@ def _print_comparison(result: dict, runs: list[dict]) -> None:
         con.print("(every run has the same parameters)")
     if "plot" in result:
         con.print(f"learning curves: {result['plot']}")
+
+
+def _print_importance(imp: dict, metric: str) -> None:
+    """The importance table, or the one line saying how many finished runs it needs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    if imp["finished"] < imp["needed"]:
+        con.print(f"importance: needs {imp['needed']} finished runs, this experiment has {imp['finished']}")
+        return
+    table = Table(title=f"which params matter for {metric}: {imp['method']}, {imp['finished']} finished runs, "
+                        f"best {imp['target_quantile']:.0%} against all")
+    for col in ("param", "importance", "values", "in the best run"):
+        table.add_column(col, justify="right")
+    for p in imp["params"]:
+        share = "same in all" if p["importance"] is None else f"{p['importance']:.2f}"
+        table.add_row(p["name"], share, str(p["values"]), str(p["best_value"]))
+    con.print(table)
 
 
 @app.command(name="eval")

@@ -87,6 +87,13 @@ class RunConfig:
                 "steps": self.steps, "readout_from": self.readout_from, "readout_lr": self.readout_lr or "schedule",
                 "heldout": self.heldout_data() or "none"}
 
+    def datasets(self) -> list[dict[str, str]]:
+        """The MLflow dataset input of the training data: its source and a digest of its content (or, for a
+        synthetic source, of the generator's parameters), so runs on the same data can be found as such."""
+        from pvm_dist.data.identity import dataset_input
+
+        return [dataset_input(self.data, self.spec.image_shape, self.n_seq, self.seed, self.data_path)]
+
     def command(self) -> str:
         """The ``pvm-dist train`` command line that reproduces this run (a model-zoo spec by name, else the
         spec file it came from; every setting a run's result depends on spelled out)."""

@@ -131,7 +131,7 @@ def _start_tracker(cfg: RunConfig, session: Session, run_dir: Path) -> tuple[Tra
     tracker = Tracker.start(cfg.mlflow_uri, cfg.experiment, run_name=cfg.run_name or run_dir.name, run_id=cfg.run_id,
                             tags=run_tags(session.engine.backend, session.engine.device_label,
                                           {"run_dir": str(run_dir), "pvm_dist.command": cfg.command()}),
-                            fallback_dir=run_dir / "tracking-fallback", run_key=cfg.run_key)
+                            fallback_dir=run_dir / "tracking-fallback", run_key=cfg.run_key, inputs=cfg.datasets())
     if not resuming:
         tracker.log_params(cfg.params())
         tracker.log_dict({"name": cfg.spec.name, **cfg.spec.to_dict()}, "spec.json")

@@ -330,7 +330,7 @@ class Driver:
                                 run_id=ts.run_id, parent_run_id=self.parent.run_id,
                                 tags=run_tags(ev.backend, ev.device, {**where, "pvm_dist.command": config.command()}),
                                 fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback",
-                                run_key=f"{self.folder.sweep_id}/{trial.trial_id}")
+                                run_key=f"{self.folder.sweep_id}/{trial.trial_id}", inputs=config.datasets())
         self._run_open_s += time.perf_counter() - t0  # one round trip to the tracking store, on the loop
         if ts.run_id is None:
             tracker.log_params(self._trial_params(trial, config))

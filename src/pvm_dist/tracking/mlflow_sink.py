@@ -130,10 +130,13 @@ class MlflowSink:
     ``tags`` are the creation tags (``mlflow.parentRunId`` among them for a nested run). ``run_key``, when
     given, names the run by the tag :data:`RUN_KEY_TAG`: a run of the experiment that has it is resumed
     instead of creating another (a process killed between creating a run and recording its id).
+    ``inputs`` are the run's datasets (``name``, ``digest``, ``source_type``, ``source``, ``profile``,
+    ``context``), logged each time the run is opened (MLflow links a dataset to a run once).
     """
 
     def __init__(self, uri: str, experiment: str, *, run_name: str | None, run_id: str | None,
-                 tags: Mapping[str, str], run_key: str | None = None) -> None:
+                 tags: Mapping[str, str], run_key: str | None = None,
+                 inputs: Sequence[Mapping[str, str]] = ()) -> None:
         self.uri = uri
         self.experiment = experiment
         self.run_name = run_name
@@ -145,6 +148,7 @@ class MlflowSink:
         self._create_tags = dict(tags) | ({RUN_KEY_TAG: run_key} if run_key else {})
         self._start_ms = now_ms()
         self._client: Any = None
+        self.inputs = list(inputs)
 
     def client(self) -> Any:
         """The ``MlflowClient`` (created on first use: importing mlflow is slow)."""
@@ -159,7 +163,24 @@ class MlflowSink:
         ``pvm.resumed_from``), or find it by its run key, or create it. Raises when the tracker is away."""
         with store_file_lock(self.uri):
             self._open_run(self.client())
+        self._log_inputs()
         self.ready = True
+
+    def _log_inputs(self) -> None:
+        """Link the run's datasets to it; a rejection is reported and the run goes on without them."""
+        if not self.inputs:
+            return
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        datasets = [DatasetInput(Dataset(d["name"], d["digest"], d["source_type"], d["source"], profile=d.get("profile")),
+                                 tags=[InputTag("mlflow.data.context", d.get("context", "training"))])
+                    for d in self.inputs]
+        try:
+            self.client().log_inputs(self.run_id, datasets=datasets)
+        except Exception as e:
+            if not is_permanent(e):
+                raise
+            log.warning("tracking: the tracker rejected the run's dataset inputs: %s", short_error(e))
 
     def _open_run(self, client: Any) -> None:
         if self._resume_id:

@@ -43,7 +43,7 @@ import logging
 import os
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ class Tracker:
                  run_id: str | None = None, tags: Mapping[str, Any] | None = None,
                  parent_run_id: str | None = None, fallback_dir: str | os.PathLike[str] | None = None,
                  flush_every: float = 5.0, max_queue: int = 1_000_000, replay_fallback: bool = True,
-                 run_key: str | None = None) -> None:
+                 run_key: str | None = None, inputs: Sequence[Mapping[str, str]] = ()) -> None:
         configure_http_timeouts()
         self.uri = uri or default_tracking_uri()
         self.experiment = experiment
@@ -90,7 +90,7 @@ class Tracker:
         self._outbox = Outbox(self.fallback_dir, self.session, max_queue=self.max_queue, run_id=run_id,
                               identity=identity)
         self._sink = MlflowSink(self.uri, experiment, run_name=run_name, run_id=run_id, tags=create_tags,
-                                run_key=run_key)
+                                run_key=run_key, inputs=inputs)
         if run_id and replay_fallback:
             self._outbox.replay(run_id)
         if tags and run_id:  # resuming: the run exists already, tags are logged like later ones
@@ -105,7 +105,8 @@ class Tracker:
     def start(cls, uri: str | None = None, experiment: str = "pvm-dist", *, run_name: str | None = None,
               run_id: str | None = None, tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None,
               fallback_dir: str | os.PathLike[str] | None = None, flush_every: float = 5.0,
-              max_queue: int = 1_000_000, replay_fallback: bool = True, run_key: str | None = None) -> Tracker:
+              max_queue: int = 1_000_000, replay_fallback: bool = True, run_key: str | None = None,
+              inputs: Sequence[Mapping[str, str]] = ()) -> Tracker:
         """Start (or, with ``run_id``, resume) a run in ``experiment`` at ``uri``
         (default: :func:`default_tracking_uri`).
 
@@ -113,11 +114,12 @@ class Tracker:
         start without ``run_id`` resumes the run that has it rather than creating a second one.
 
         ``parent_run_id`` makes it a nested run. ``fallback_dir`` (default ``./tracking_fallback``) receives
-        the fallback JSONL and staged artifacts. Never raises for an unreachable tracker.
+        the fallback JSONL and staged artifacts. ``inputs``: the run's datasets (see :class:`MlflowSink`).
+        Never raises for an unreachable tracker.
         """
         return cls(uri, experiment, run_name=run_name, run_id=run_id, tags=tags, parent_run_id=parent_run_id,
                    fallback_dir=fallback_dir, flush_every=flush_every, max_queue=max_queue,
-                   replay_fallback=replay_fallback, run_key=run_key)
+                   replay_fallback=replay_fallback, run_key=run_key, inputs=inputs)
 
     # ---- state ------------------------------------------------------------------------------------
 
