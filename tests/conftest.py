@@ -62,11 +62,12 @@ def mlflow_offline_env(monkeypatch):
 @pytest.fixture
 def scripted(monkeypatch):
     """The driver runs on tests/scripted_executor.py's stand-in for Ray (no cluster, no workers)."""
-    from scripted_executor import ScriptedExecutor
+    from scripted_executor import InlineOpener, ScriptedExecutor
 
     from pvm_dist.sweep import driver as driver_module
 
     monkeypatch.setattr(driver_module, "Executor", ScriptedExecutor)
+    monkeypatch.setattr(driver_module, "run_opener", InlineOpener)
     monkeypatch.setattr(driver_module, "connect", lambda address: None)
     monkeypatch.setattr(driver_module, "cluster_resources", lambda: {"CPU": 2.0})
     monkeypatch.setattr(ScriptedExecutor, "lose", set())

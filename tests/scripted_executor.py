@@ -4,6 +4,8 @@ test_sweep_outcomes.py, test_sweep_search.py; the ``scripted`` fixture in confte
 
 from __future__ import annotations
 
+from concurrent.futures import Executor, Future
+
 import numpy as np
 
 from pvm_dist.sweep.driver import Driver, DriverOptions
@@ -11,6 +13,19 @@ from pvm_dist.sweep.executor import (ChunkDone, FinalState, PoolWorker, TrialErr
                                      WorkerLost)
 from pvm_dist.sweep.journal import SweepFolder
 from pvm_dist.sweep.plan import load_sweep
+
+
+class InlineOpener(Executor):
+    """Runs each submitted call at once, on the loop: with it the driver opens trials' runs in a fixed order,
+    so scripted sweeps replay the same events every time (the real driver opens them on a thread)."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # as a thread would: kept for whoever takes the result
+            done.set_exception(exc)
+        return done
 
 
 def run_state(step: int, *arrays: np.ndarray) -> dict:

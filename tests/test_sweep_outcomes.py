@@ -13,10 +13,13 @@ import yaml
 from scripted_executor import make_driver
 
 from pvm_dist.cli.main import main
+from pvm_dist.sweep import driver as driver_module
 from pvm_dist.sweep import pool
 from pvm_dist.sweep.plan import Resources, load_sweep
 
 pytest.importorskip("mlflow")
+
+real_opener = driver_module.run_opener  # before the scripted fixture swaps it
 
 
 def cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -125,16 +128,17 @@ def test_a_trial_larger_than_its_share_of_the_gpu_is_refused_before_it_starts():
 
 def test_checkpoints_are_kept_once_on_disk_and_a_slow_store_does_not_block_the_loop(tmp_path, scripted, mlflow_uri,
                                                                                     monkeypatch):
-    """The writer thread takes 0.6 s a checkpoint and the tracking store 0.4 s a metrics call (a slow disk, a
-    slow server): the loop's longest stretch of work stays far below either, and superseded states are dropped.
-    (Opening a trial's run, one store round trip per trial start, is still on the loop: measured apart.)"""
+    """The writer thread takes 0.6 s a checkpoint, the tracking store 0.4 s a metrics call and 0.5 s to open a
+    trial's run (a slow disk, a slow server): the loop's longest stretch of work stays far below any of them, and
+    superseded states are dropped."""
     import time
 
     from pvm_dist.run import state as run_state
     from pvm_dist.sweep import checkpoints as store_module
     from pvm_dist.tracking.mlflow_sink import MlflowSink
+    from pvm_dist.tracking.tracker import Tracker
 
-    real_save, real_log = run_state.save, MlflowSink.log_metrics
+    real_save, real_log, real_start = run_state.save, MlflowSink.log_metrics, Tracker.start.__func__
 
     def slow_save(*args, **kwargs):
         time.sleep(0.6)
@@ -144,11 +148,19 @@ def test_checkpoints_are_kept_once_on_disk_and_a_slow_store_does_not_block_the_l
         time.sleep(0.4)
         return real_log(self, batch)
 
+    def slow_start(cls, *args, **kwargs):
+        if kwargs.get("parent_run_id"):  # a trial's run, not the sweep's own
+            time.sleep(0.5)
+        return real_start(cls, *args, **kwargs)
+
     monkeypatch.setattr(store_module.run_state, "save", slow_save)
     monkeypatch.setattr(MlflowSink, "log_metrics", slow_log)
+    monkeypatch.setattr(Tracker, "start", classmethod(slow_start))
+    monkeypatch.setattr(driver_module, "run_opener", real_opener)  # the driver's own thread, not the inline one
     d = make_driver(tmp_path, mlflow_uri, vary={"seed": [1, 2]}, steps=600, checkpoint_every=100, keep_checkpoints=2)
     out = d.run()
     assert out.status == "FINISHED" and out.longest_block_s < 0.3, out.longest_block_s  # a 2-core CI box, busy
+    assert out.longest_run_open_s >= 0.5  # the slow opening happened, off the loop
     assert out.checkpoints_dropped > 0  # states arriving faster than the disk takes them: the older ones dropped
     artifacts = Path(mlflow_uri.removeprefix("sqlite:///")).parent / "mlartifacts" / d.experiment  # MLflow's store
     files = [*tmp_path.rglob("*.pvmckpt"), *artifacts.rglob("*.pvmckpt")]

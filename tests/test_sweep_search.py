@@ -23,7 +23,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from sweep_helpers import run, sweep_file
-from scripted_executor import ScriptedExecutor
+from scripted_executor import InlineOpener, ScriptedExecutor
 
 from pvm_dist.data import make_source
 from pvm_dist.engine import build_engine
@@ -115,6 +115,7 @@ def test_a_driver_dying_between_its_writes_resumes_without_asking_a_trial_twice(
         d.run()
     monkeypatch.undo()
     monkeypatch.setattr(driver_module, "Executor", ScriptedExecutor)
+    monkeypatch.setattr(driver_module, "run_opener", InlineOpener)
     monkeypatch.setattr(driver_module, "connect", lambda address: None)
 
     out = resume_sweep("s", options(tmp_path, mlflow_uri))
@@ -265,6 +266,7 @@ class EngineExecutor(ScriptedExecutor):
 @pytest.fixture
 def engines(monkeypatch):
     monkeypatch.setattr(driver_module, "Executor", EngineExecutor)
+    monkeypatch.setattr(driver_module, "run_opener", InlineOpener)
     monkeypatch.setattr(driver_module, "connect", lambda address: None)
     monkeypatch.setattr(EngineExecutor, "kept", {})
     monkeypatch.setattr(EngineExecutor, "trial_of", {})

@@ -10,7 +10,8 @@
 - it keeps each trial's checkpoints in the sweep folder (the state comes back from the worker through
   Ray's object store; :mod:`pvm_dist.sweep.checkpoints` writes it on a thread, the last few and the best,
   one copy each) and logs metrics, pictures and the checkpoint's path to the trial's nested MLflow run;
-  the driver is the only MLflow writer, and its trackers write one at a time (one SQLite writer);
+  the driver is the only MLflow writer, and its trackers write one at a time (one SQLite writer); trials'
+  runs open on a thread beside the loop, so a slow store never holds up scheduling;
 - PBT (:mod:`pvm_dist.sweep.pbt`): a member the policy tells to exploit continues from a copy of its
   donor's checkpoint with the explored values (journaled first, lineage tagged on its MLflow run);
 - a lost worker's trial goes back to the queue, to continue from its last checkpoint on a replacement
@@ -31,6 +32,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,12 @@ from pvm_dist.tracking.sync import sync_paths
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
+OPENING_POLL_S = 0.02  # while trials' runs open: take them up soon after
+def run_opener() -> futures.Executor:
+    """Where trials' MLflow runs open: one thread beside the loop (tests swap in one that runs them at once)."""
+    return futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pvm-open")
+
+
 #: Pending trials but no worker up for this long: give up. Generous: a GPU node's boot, image pull and
 #: build take minutes on a cloud autoscaler (``--worker-wait`` changes it).
 NO_WORKER_TIMEOUT_S = 1800.0
@@ -106,8 +114,8 @@ class SweepOutcome:
     frames_per_s: float  # aggregate: frames / time from the first trial's start to the end
     warm_start_s: float | None  # mean trial start cost on a worker that had run a trial before
     workers: list[dict[str, Any]]
-    longest_block_s: float = 0.0  # the scheduling loop's longest stretch of work between waits for results,
-    longest_run_open_s: float = 0.0  # besides opening trials' MLflow runs, which still happens on the loop
+    longest_block_s: float = 0.0  # the scheduling loop's longest stretch of work between waits for results
+    longest_run_open_s: float = 0.0  # the longest opening of a trial's MLflow run (on a thread, off the loop)
     checkpoints_dropped: int = 0  # superseded by a newer state of the trial before they were written
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,9 +171,12 @@ class Driver:
         best = {t: (s.best_step, s.best_metric) for t, s in state.trials.items() if s.best_metric is not None}
         self.checkpoints = CheckpointStore(folder.trial_dir, sweep.run.keep_checkpoints, sweep.better, best)
         self._closing: dict[str, threading.Thread] = {}  # trial -> its run being closed
-        self.longest_block_s = 0.0  # the loop's longest stretch of work between waits for results ...
-        self.longest_run_open_s = 0.0  # ... besides opening trials' MLflow runs (a store round trip each)
-        self._run_open_s = 0.0
+        # Trials' MLflow runs open on a thread (store round trips, a data digest), one at a time as the store
+        # creates them: trial -> (its opening, its start event, its config).
+        self._opener = run_opener()
+        self._opening: dict[str, tuple[futures.Future[Tracker], TrialStarted, RunConfig]] = {}
+        self.longest_block_s = 0.0  # the loop's longest stretch of work between waits for results
+        self.longest_run_open_s = 0.0  # the longest opening of a trial's run (off the loop)
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> SweepOutcome:
@@ -180,19 +191,18 @@ class Driver:
                     if not self._busy():
                         break
                     self._journal_checkpoints()
+                    self._take_opened()
                     self._assign()
                     self._size_pool()
                     self._check_stalled()
                     t1 = time.perf_counter()
-                    events = self.executor.poll(POLL_S)
-                    t2, self._run_open_s = time.perf_counter(), 0.0
+                    events = self.executor.poll(OPENING_POLL_S if self._opening else POLL_S)
+                    t2 = time.perf_counter()
                     for event in events:
                         self._handle(event)
                     if self.opts.on_update:
                         self.opts.on_update(self)
-                    self.longest_run_open_s = max(self.longest_run_open_s, self._run_open_s)
-                    self.longest_block_s = max(self.longest_block_s, t1 - t0,
-                                               time.perf_counter() - t2 - self._run_open_s)
+                    self.longest_block_s = max(self.longest_block_s, t1 - t0, time.perf_counter() - t2)
             finally:
                 self._shutdown()
         return self._outcome()
@@ -317,28 +327,54 @@ class Driver:
         self.executor.start_trial(worker, self.trials[trial_id], state)
 
     def _on_started(self, ev: TrialStarted) -> None:
-        """Open (or reopen) the trial's MLflow run, journal the start, and feed it chunks."""
+        """Open (or reopen) the trial's MLflow run on a thread; :meth:`_take_opened` goes on once it is open."""
         trial, ts, w = self.trials[ev.trial_id], self.state.trials[ev.trial_id], ev.worker
         where = {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id, "node": w.node, "worker_host": w.host,
                  "gpu": w.gpu}
-        t0 = time.perf_counter()
         closing = self._closing.pop(trial.trial_id, None)
-        if closing is not None:  # reopened after a loss: its last session ends first (rare; blocks briefly)
-            closing.join()
         config = self.sweep.trial_config(trial)
-        tracker = Tracker.start(self.mlflow_uri, self.experiment, run_name=f"{label(trial.varied)} ({trial.trial_id})".strip(),
-                                run_id=ts.run_id, parent_run_id=self.parent.run_id,
-                                tags=run_tags(ev.backend, ev.device, {**where, "pvm_dist.command": config.command()}),
-                                fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback",
-                                run_key=f"{self.folder.sweep_id}/{trial.trial_id}", inputs=config.datasets())
-        self._run_open_s += time.perf_counter() - t0  # one round trip to the tracking store, on the loop
-        if ts.run_id is None:
-            tracker.log_params(self._trial_params(trial, config))
-            if tracker.run_id:
-                self.folder.append("trial_run", trial=trial.trial_id, run_id=tracker.run_id)
-                ts.run_id = tracker.run_id
-        else:
-            tracker.set_tags(where)
+        run_id, parent_run_id = ts.run_id, self.parent.run_id
+        params = self._trial_params(trial, config) if run_id is None else None
+
+        def open_run() -> Tracker:
+            t0 = time.perf_counter()
+            if closing is not None:  # reopened after a loss: its last session ends first
+                closing.join()
+            tracker = Tracker.start(self.mlflow_uri, self.experiment,
+                                    run_name=f"{label(trial.varied)} ({trial.trial_id})".strip(), run_id=run_id,
+                                    parent_run_id=parent_run_id,
+                                    tags=run_tags(ev.backend, ev.device, {**where, "pvm_dist.command": config.command()}),
+                                    fallback_dir=self.folder.trial_dir(trial.trial_id) / "tracking-fallback",
+                                    run_key=f"{self.folder.sweep_id}/{trial.trial_id}", inputs=config.datasets())
+            if params is not None:
+                tracker.log_params(params)
+            else:
+                tracker.set_tags(where)
+            self.longest_run_open_s = max(self.longest_run_open_s, time.perf_counter() - t0)
+            return tracker
+
+        self._opening[trial.trial_id] = (self._opener.submit(open_run), ev, config)
+
+    def _take_opened(self) -> None:
+        """Trials whose runs are open: journal their start and feed them chunks."""
+        for trial_id, (opening, ev, config) in list(self._opening.items()):
+            if opening.done():
+                del self._opening[trial_id]
+                self._opened(ev, config, opening.result())
+
+    def _abandon_opening(self, trial_id: str) -> _Live | None:
+        """A trial that ends or loses its worker while its run opens: its run, once open, to be closed."""
+        entry = self._opening.pop(trial_id, None)
+        if entry is None:
+            return None
+        opening, _, config = entry
+        return _Live(self.trials[trial_id], config, opening.result())
+
+    def _opened(self, ev: TrialStarted, config: RunConfig, tracker: Tracker) -> None:
+        trial, ts, w = self.trials[ev.trial_id], self.state.trials[ev.trial_id], ev.worker
+        if ts.run_id is None and tracker.run_id:
+            self.folder.append("trial_run", trial=trial.trial_id, run_id=tracker.run_id)
+            ts.run_id = tracker.run_id
         for step, (stamp, metrics) in ts.logged.items():  # a restart: what the last tracker may not have delivered,
             tracker.log_metrics(metrics, step=step, timestamp=stamp)  # as it was (MLflow keeps one copy of a point)
         tracker.set_tags({"checkpoint": str(self.folder.checkpoint_file(trial.trial_id)),  # the file, not a copy
@@ -470,7 +506,7 @@ class Driver:
 
     def _end_trial(self, trial_id: str, status: str, reason: str | None, failure: bool = False) -> None:
         """Close the trial's run, journal its final status, free its worker; a failure counts."""
-        live = self.live.pop(trial_id, None)
+        live = self.live.pop(trial_id, None) or self._abandon_opening(trial_id)
         ts = self.state.trials[trial_id]
         if live is not None:
             live.tracker.set_tags({"status_reason": reason or "", "sweep_status": status})
@@ -487,7 +523,7 @@ class Driver:
         if ev.trial_id is not None:
             self.checkpoints.wait(ev.trial_id)  # rare: the journal then names the checkpoint it continues from
             self._journal_checkpoints()
-            live = self.live.pop(ev.trial_id, None)
+            live = self.live.pop(ev.trial_id, None) or self._abandon_opening(ev.trial_id)
             if live is not None:
                 self._close_run(live, "KILLED")  # reopened (same run) when the trial continues
             ts = self.state.trials[ev.trial_id]
@@ -523,6 +559,9 @@ class Driver:
     def _shutdown(self) -> None:
         self.checkpoints.close()  # every state handed over is on disk and journaled before the sweep ends
         self._journal_checkpoints()
+        for trial_id in list(self._opening):  # runs still opening: closed once open
+            self.live[trial_id] = self._abandon_opening(trial_id)
+        self._opener.shutdown()
         for live in self.live.values():  # an unexpected error: close what is open
             self._close_run(live, "KILLED")
         self.live.clear()
