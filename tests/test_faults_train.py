@@ -141,3 +141,58 @@ def test_a_restarted_sweep_worker_measures_exactly_what_an_unbroken_one_does():
         assert second["step"] == first["step"]
         assert {k: v for k, v in second["metrics"].items() if k not in clock} == \
                {k: v for k, v in first["metrics"].items() if k not in clock}
+
+
+def _train_killed_after_its_final_checkpoint(run_dir: str, uri: str) -> None:
+    """``train`` whose process dies the moment its final checkpoint is on disk."""
+    from pvm_dist.run import train as train_mod
+
+    save = train_mod._RunFolder.save_checkpoint
+
+    def save_then_die(folder, state):
+        path = save(folder, state)
+        if state.step == state.run.steps:
+            os._exit(9)
+        return path
+
+    train_mod._RunFolder.save_checkpoint = save_then_die
+    train_mod.train(_animated(uri), __import__("pathlib").Path(run_dir))
+    os._exit(0)  # not reached
+
+
+def _animated(uri: str | None):
+    from pvm_dist.model.spec import load_spec
+    from pvm_dist.run.config import RunConfig
+
+    return RunConfig(spec=load_spec("tiny"), steps=40, n_seq=2, metrics_every=20, checkpoint_every=20,
+                     picture_every=20, animation_frames=8, heldout_steps=0, experiment="gif", mlflow_uri=uri,
+                     track=uri is not None)
+
+
+def test_a_run_finished_after_a_kill_has_the_pictures_and_animation_of_an_unbroken_run(tmp_path, migrated_db):
+    from pvm_dist.run import state as run_state
+    from pvm_dist.run.train import checkpoint_path, train
+
+    straight = train(_animated(None), tmp_path / "straight")
+    shutil.copyfile(migrated_db, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_dir = tmp_path / "run"
+    child = multiprocessing.get_context("fork").Process(target=_train_killed_after_its_final_checkpoint,
+                                                        args=(str(run_dir), uri))
+    child.start()
+    child.join(300)
+    assert child.exitcode == 9
+    state, _ = run_state.load(checkpoint_path(run_dir, 40))
+    result = train(state.run, run_dir, resume=state)
+    assert result.animation == run_dir / "prediction.gif" and result.picture == run_dir / "pictures" / "step_000000040.png"
+    assert result.animation.read_bytes() == straight.animation.read_bytes()
+    for name in ("step_000000020.png", "step_000000040.png"):
+        assert (run_dir / "pictures" / name).read_bytes() == (tmp_path / "straight" / "pictures" / name).read_bytes()
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(state.run.run_id)
+    assert run.info.status == "FINISHED"
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"prediction.gif", "pictures"}
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "pictures")} == \
+           {"pictures/step_000000020.png", "pictures/step_000000040.png"}
+    series = [a.path for a in client.list_artifacts(run.info.run_id, "images") if a.path.endswith(".png")]
+    assert sorted(int(p.split("+step+")[1].split("+")[0]) for p in series) == [20, 40]  # each step once
