@@ -353,9 +353,9 @@ def test_a_sweep_that_ends_while_its_tracker_is_away_is_delivered_once_by_sweep_
         assert proc.wait(timeout=400) == 0, driver_output(tmp_path)
         server.start()
         res = run(tmp_path, "status", folder.name)
-        assert res.returncode == 0 and "delivered" in res.stdout, res.stdout + res.stderr
+        assert res.returncode == 0 and "delivered" in res.stderr, res.stdout + res.stderr
         again = run(tmp_path, "status", folder.name)  # nothing left: nothing sent twice
-        assert again.returncode == 0 and "delivered" not in again.stdout, again.stdout + again.stderr
+        assert again.returncode == 0 and "delivered" not in again.stderr, again.stdout + again.stderr
         _sweep_nothing_lost(tmp_path, "away", ["t000", "t001"], 400, 50, uri=f"sqlite:///{server.db}")
     finally:
         if proc.poll() is None:
