@@ -184,7 +184,8 @@ def test_a_run_finished_after_a_kill_has_the_pictures_and_animation_of_an_unbrok
     assert child.exitcode == 9
     state, _ = run_state.load(checkpoint_path(run_dir, 40))
     result = train(state.run, run_dir, resume=state)
-    assert result.animation == run_dir / "prediction.gif" and result.picture == run_dir / "pictures" / "step_000000040.png"
+    assert result.animation == run_dir / "prediction.gif"
+    assert result.picture == run_dir / "pictures" / "step_000000040.png"
     assert result.animation.read_bytes() == straight.animation.read_bytes()
     for name in ("step_000000020.png", "step_000000040.png"):
         assert (run_dir / "pictures" / name).read_bytes() == (tmp_path / "straight" / "pictures" / name).read_bytes()

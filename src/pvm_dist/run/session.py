@@ -93,7 +93,8 @@ class Session:
                 and np.shape(saved.get("baseline")) == (2,) and np.shape(background.get("mean")) == (entries,))
         if not (self.learn and fits):
             return False
-        self._sums = (np.array(saved["errors"], np.float64), np.array(saved["baseline"], np.float64), int(saved["steps"]))
+        self._sums = (np.array(saved["errors"], np.float64), np.array(saved["baseline"], np.float64),
+                      int(saved["steps"]))
         self.background.load_state(background, self.source.frames_block(self.step - 1, 1)[0])
         return True
 

@@ -427,8 +427,8 @@ class Driver:
         ts = self.state.trials[trial.trial_id]
         config = live.config.replace(track=True, mlflow_uri=self.mlflow_uri, experiment=self.experiment, run_id=ts.run_id)
         kept = RunState(state["engine"], state["readout"], config, state.get("metrics") or {})
-        self.checkpoints.submit(trial.trial_id, step, kept, {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id},
-                                metric)
+        extra = {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id}
+        self.checkpoints.submit(trial.trial_id, step, kept, extra, metric)
         if picture:
             self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
             log_image_series(live.tracker, self.folder.trial_dir(live.trial.trial_id) / "pictures" / f"step_{step:09d}.png",

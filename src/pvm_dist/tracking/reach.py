@@ -42,7 +42,8 @@ def check_store(uri: str, write: bool) -> None:
         _check_sqlite(uri, db, write)
         return
     parts = urlsplit(uri)
-    if parts.scheme in ("", "file") and not uri.startswith("databricks") and (write or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true"):
+    file_store = parts.scheme in ("", "file") and not uri.startswith("databricks")
+    if file_store and (write or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true"):
         raise TrackingStoreError(
             f"MLflow store {uri}: MLflow's file store is not supported"
             + (" for logging: it would keep twice the metric points a resumed run sends again" if write else "")
