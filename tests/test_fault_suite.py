@@ -93,9 +93,19 @@ def _assert_nothing_lost(run_dir: Path, uri: str, straight: dict) -> None:
         assert len(steps) == len(set(steps)), f"{key} logged twice at a step: {steps}"
 
 
+def _logged_to(run_dir: Path) -> int:
+    """The last step ``metrics.jsonl`` holds in full (0 before any)."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_bytes().split(b"\n")[:-1]
+        return json.loads(lines[-1])["step"] if lines else 0
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
 def _kill_train(tmp_path: Path, uri: str, seed: int, mid_write: bool) -> bool:
-    """Start ``train``, SIGKILL it at a seeded random moment after its first checkpoint (or, ``mid_write``, as
-    soon as a checkpoint is being written); whether it was caught with a temp file open."""
+    """Start ``train``, SIGKILL it at a seeded random point after its first checkpoint (a few ms after a random
+    metrics step, so the kill lands inside the run however fast the machine is; or, ``mid_write``, as soon as
+    a checkpoint is being written); whether it was caught with a temp file open."""
     run_dir = tmp_path / "run"
     rng = random.Random(seed)
     proc = _train(run_dir, uri)
@@ -108,7 +118,10 @@ def _kill_train(tmp_path: Path, uri: str, seed: int, mid_write: bool) -> bool:
             while proc.poll() is None and not list((run_dir / "checkpoints").glob(".*.tmp-*")):
                 time.sleep(0.0005)
         else:
-            time.sleep(rng.uniform(0.0, 3.5))
+            target, jitter = rng.randrange(50, STEPS, 50), rng.uniform(0.0, 0.03)
+            while proc.poll() is None and _logged_to(run_dir) < target:
+                time.sleep(0.002)
+            time.sleep(jitter)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
