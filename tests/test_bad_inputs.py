@@ -219,6 +219,19 @@ def test_unusable_sqlite_store_fails_at_once(cli, tmp_path):
     assert time.perf_counter() - t0 < 10
 
 
+def test_mlflow_file_store_is_refused_for_logging(cli, tmp_path, monkeypatch):
+    """MLflow's file store keeps a metric point once per delivery (a resumed run's re-sent points would be
+    doubled) and MLflow 3 refuses it by default: refused with one line naming the way out, nothing created."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # even where MLflow would allow it
+    sweep = Path(__file__).resolve().parent.parent / "experiments" / "quickstart.yaml"
+    for uri in (f"file://{tmp_path / 'mlruns'}", str(tmp_path / "mlruns"), "mlruns"):
+        one_error(*cli("train", "--steps", "3", "-q", "--mlflow", uri)[::2], "file store", "sqlite:///")
+        one_error(*cli("sweep", "run", str(sweep), "--mlflow", uri)[::2], "file store", "sqlite:///")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    one_error(*cli("compare", "quickstart", "--mlflow", f"file://{tmp_path / 'mlruns'}")[::2], "file store")
+    assert sorted(os.listdir(tmp_path)) == []
+
+
 def test_compare_fails_fast_and_creates_no_store(cli, tmp_path):
     t0 = time.perf_counter()
     one_error(*cli("compare", "quickstart", "--mlflow", "http://127.0.0.1:1")[::2], "cannot reach MLflow")

@@ -93,9 +93,19 @@ def _assert_nothing_lost(run_dir: Path, uri: str, straight: dict) -> None:
         assert len(steps) == len(set(steps)), f"{key} logged twice at a step: {steps}"
 
 
+def _logged_to(run_dir: Path) -> int:
+    """The last step ``metrics.jsonl`` holds in full (0 before any)."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_bytes().split(b"\n")[:-1]
+        return json.loads(lines[-1])["step"] if lines else 0
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
 def _kill_train(tmp_path: Path, uri: str, seed: int, mid_write: bool) -> bool:
-    """Start ``train``, SIGKILL it at a seeded random moment after its first checkpoint (or, ``mid_write``, as
-    soon as a checkpoint is being written); whether it was caught with a temp file open."""
+    """Start ``train``, SIGKILL it at a seeded random point after its first checkpoint (a few ms after a random
+    metrics step, so the kill lands inside the run however fast the machine is; or, ``mid_write``, as soon as
+    a checkpoint is being written); whether it was caught with a temp file open."""
     run_dir = tmp_path / "run"
     rng = random.Random(seed)
     proc = _train(run_dir, uri)
@@ -108,7 +118,10 @@ def _kill_train(tmp_path: Path, uri: str, seed: int, mid_write: bool) -> bool:
             while proc.poll() is None and not list((run_dir / "checkpoints").glob(".*.tmp-*")):
                 time.sleep(0.0005)
         else:
-            time.sleep(rng.uniform(0.0, 3.5))
+            target, jitter = rng.randrange(50, STEPS, 50), rng.uniform(0.0, 0.03)
+            while proc.poll() is None and _logged_to(run_dir) < target:
+                time.sleep(0.002)
+            time.sleep(jitter)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
@@ -223,7 +236,9 @@ def test_a_full_disk_keeps_the_last_good_checkpoint_and_the_run_resumes_elsewher
     run_dir = small_disk / "run"
     proc = subprocess.run([*cli_command(), "train", "--steps", str(STEPS), "--run-dir", str(run_dir), "--no-track",
                            *TRAIN], capture_output=True, text=True, timeout=300, env=_env())
-    assert proc.returncode != 0  # the disk filled up
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and lines, proc.stderr[-2000:]  # the disk filled up: a user's problem, said so
+    assert "No space left on device" in lines[-1] and "internal error" not in proc.stderr, proc.stderr[-2000:]
     left = _checkpoints(run_dir)
     assert left and not list((run_dir / "checkpoints").glob(".*.tmp-*"))  # no half-written file left behind
     for path in left:
@@ -255,16 +270,18 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def _sweep_nothing_lost(tmp_path: Path, experiment: str, trials: list[str], steps: int, every: int) -> dict:
-    """One parent run and one nested run per trial, all FINISHED, every metric step of every trial once."""
-    from sweep_helpers import mlflow_runs, trial_runs
+def _sweep_nothing_lost(tmp_path: Path, experiment: str, trials: list[str], steps: int, every: int,
+                        uri: str | None = None) -> dict:
+    """One parent run and one nested run per trial, all FINISHED, every metric step of every trial once (in the
+    store ``uri``, default the sweep's ``mlflow.db``)."""
+    from sweep_helpers import trial_runs
 
-    runs = mlflow_runs(tmp_path, experiment)
+    client = mlflow.MlflowClient(uri or f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], max_results=1000)
     nested = trial_runs(runs)  # asserts one run per trial
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents) == 1 and sorted(nested) == trials, [r.data.tags for r in runs]
     assert {r.info.status for r in runs} == {"FINISHED"}
-    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     for trial, run in nested.items():
         assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
         for key in run.data.metrics:
@@ -327,3 +344,33 @@ def test_a_killed_worker_continues_with_the_metrics_of_an_uninterrupted_run(tmp_
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     got = {m.step: m.value for m in client.get_metric_history(nested["t000"].info.run_id, "l0_two_step_px")}
     assert got == expected
+
+
+@pytest.mark.exhaustive
+def test_a_sweep_that_ends_while_its_tracker_is_away_is_delivered_once_by_sweep_status(tmp_path):
+    """Defect 3: the server dies mid-sweep and the trials end while it is away (their metrics spooled, their runs
+    RUNNING); once it is back, ``sweep status`` delivers every spool, once, and closes every run."""
+    pytest.importorskip("ray")
+    from mlflow_server import MlflowServer
+    from sweep_helpers import driver_output, run, start, sweep_dir, sweep_file, wait_for
+
+    server = MlflowServer(tmp_path / "server")
+    server.root.mkdir()
+    server.start()
+    f = sweep_file(tmp_path, "away", steps=400, checkpoint_every=100, metrics_every=50, vary={"seed": [0, 1]})
+    proc = start(tmp_path, "run", str(f), "--mlflow", server.uri, "-q")
+    try:
+        folder = sweep_dir(tmp_path)
+        wait_for(folder, lambda e: e["event"] == "progress", timeout=240, proc=proc)
+        server.kill()
+        assert proc.wait(timeout=400) == 0, driver_output(tmp_path)
+        server.start()
+        res = run(tmp_path, "status", folder.name)
+        assert res.returncode == 0 and "delivered" in res.stderr, res.stdout + res.stderr
+        again = run(tmp_path, "status", folder.name)  # nothing left: nothing sent twice
+        assert again.returncode == 0 and "delivered" not in again.stderr, again.stdout + again.stderr
+        _sweep_nothing_lost(tmp_path, "away", ["t000", "t001"], 400, 50, uri=f"sqlite:///{server.db}")
+    finally:
+        if proc.poll() is None:
+            _kill_tree(proc.pid)
+        server.kill()

@@ -46,3 +46,39 @@ def test_local_sweep_listens_on_loopback_only_and_closes_its_ports(tmp_path):
     while (left := listening(pids)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, f"still listening after the driver exited: {left}"
+
+
+@pytest.mark.exhaustive
+def test_a_killed_driver_leaves_nothing_listening_beyond_loopback_and_its_ports_close(tmp_path):
+    """SIGKILL of the driver alone (its local Ray is left to notice): what lingers (README: Ray's agents, about a
+    minute) stays on loopback, and every port its processes held is closed within two minutes."""
+    pytest.importorskip("ray")
+    import os
+    import signal
+
+    from sweep_helpers import wait_for
+
+    env = environment(tmp_path)
+    f = sweep_file(tmp_path, "lk", steps=2000, checkpoint_every=100, metrics_every=100, backend="reference")
+    with open(tmp_path / "driver.out", "w") as out, open(tmp_path / "driver.err", "w") as err:
+        proc = subprocess.Popen([*cli_command(), "sweep", "run", str(f), "--root", str(tmp_path / "sweeps"), "-q"],
+                                cwd=tmp_path, stdout=out, stderr=err, env=env)
+    pids: set[int] = set()
+    try:
+        wait_for(sweep_dir(tmp_path), lambda e: e["event"] == "progress", timeout=240, proc=proc)
+        pids = descendants(proc.pid)
+        before = listening(pids)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert before and all(is_loopback(s.address) for s in before), before
+    deadline = time.monotonic() + 120
+    while (left := listening(pids)) and time.monotonic() < deadline:
+        assert all(is_loopback(s.address) for s in left), left
+        time.sleep(1)
+    for pid in pids if left else ():  # whatever did not exit (a failure) is ended here, not left behind
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"still listening two minutes after the driver was killed: {left}"

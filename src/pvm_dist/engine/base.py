@@ -37,6 +37,8 @@ class Engine(Protocol):
 
     def metrics(self) -> dict[str, Any]: ...
 
+    def take_metric_sums(self) -> tuple[np.ndarray, np.ndarray, int]: ...
+
     def hidden(self) -> np.ndarray: ...
 
     def prediction(self, seq: int | None = None) -> np.ndarray: ...
@@ -155,7 +157,18 @@ class EngineBase:
         self.events.extend(fired)
         return bool(fired)
 
-    def _metrics_from(self, sums: np.ndarray, baseline_sums: np.ndarray, steps: int) -> dict[str, Any]:
+    def metrics(self) -> dict[str, Any]:
+        """Per-layer mean squared prediction error and the copy-last-frame baseline since the last call
+        (see :meth:`metrics_from`), then reset."""
+        return self.metrics_from(*self.take_metric_sums())
+
+    def take_metric_sums(self) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - every engine defines it
+        """The raw sums behind :meth:`metrics` (per (layer, half) squared errors, the baseline's two-step and
+        one-step, the steps covered, all float64 but the count) since the last call; then reset. A caller that
+        keeps a partial interval across a checkpoint adds these up itself (:class:`~pvm_dist.run.session.Session`)."""
+        raise NotImplementedError
+
+    def metrics_from(self, sums: np.ndarray, baseline_sums: np.ndarray, steps: int) -> dict[str, Any]:
         """Per-layer mean squared error of the two-step and one-step predictions, and the same for the
         copy-last-frame baseline (``baseline_two_step``, ``baseline_one_step``: the frame of step s−2
         as the prediction of frames s and s−1, over the frame's entries).

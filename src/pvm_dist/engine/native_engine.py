@@ -89,11 +89,10 @@ class NativeEngine(EngineBase):
         self.seed = int(state.get("seed", self.seed))
         self._engine.take_metrics()  # the sums restart with the loaded state
 
-    def metrics(self) -> dict[str, Any]:
-        """Per-layer mean squared prediction error and the copy-last-frame baseline since the last call
-        (see EngineBase), then reset."""
+    def take_metric_sums(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """The raw metric sums since the last call (see EngineBase), then reset."""
         sums, baseline_sums, steps = self._engine.take_metrics()
-        return self._metrics_from(sums, baseline_sums, steps)
+        return np.asarray(sums, np.float64), np.asarray(baseline_sums, np.float64), int(steps)
 
     def hidden(self) -> np.ndarray:
         """Hidden activations [n_seq, ΣH] of the last step (on a GPU with CuPy, only that ring slot is copied)."""

@@ -91,10 +91,9 @@ class ReferenceEngine(EngineBase):
         self.seed = int(state.get("seed", self.seed))
         self._reset_metrics()
 
-    def metrics(self) -> dict[str, Any]:
-        """Per-layer mean squared prediction error and the copy-last-frame baseline since the last call
-        (see EngineBase), then reset."""
-        out = self._metrics_from(self._metric_sums, self._baseline_sums, self._metric_steps)
+    def take_metric_sums(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """The raw metric sums since the last call (see EngineBase), then reset."""
+        out = (self._metric_sums, self._baseline_sums, self._metric_steps)
         self._reset_metrics()
         return out
 

@@ -4,8 +4,8 @@ A few hundred bytes of YAML aliases expand to gigabytes (each level repeating th
 nested brackets exhaust the parser's recursion; duplicate keys silently keep the last value. So user
 text is refused, with one line naming the problem and where it is, when it is larger than
 :data:`MAX_BYTES`, nested deeper than :data:`MAX_DEPTH`, uses YAML anchors or aliases (no sweep or spec
-needs them), or repeats a key in one mapping. YAML also reads ``1e-4`` as a float (YAML 1.1 wants
-``1.0e-4``), as people write it.
+needs them), or repeats a key in one mapping, and YAML text that is not valid Unicode. YAML also reads
+``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``), as people write it.
 """
 
 from __future__ import annotations
@@ -43,6 +43,25 @@ def _too_deep(value: Any) -> bool:
                 return True
             stack.extend((c, depth + 1) for c in (v.values() if isinstance(v, dict) else v))
     return False
+
+
+def _bad_text(value: Any) -> str | None:
+    """The first key or string in ``value`` that is not valid Unicode (a lone surrogate, which YAML's
+    ``"\\ud800"`` escape makes and no file, log line or terminal can hold), None if there is none."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return v
+    return None
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -117,7 +136,7 @@ def parse_yaml(text: str) -> Any:
     if len(text) > MAX_BYTES:
         raise TextFormatError(f"is {len(text):,} characters; at most {MAX_BYTES:,} are read")
     try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 — a SafeLoader subclass
+        value = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 — a SafeLoader subclass
     except RecursionError:
         raise TextFormatError(f"is nested deeper than {MAX_DEPTH} levels") from None
     except yaml.YAMLError as exc:
@@ -127,3 +146,7 @@ def parse_yaml(text: str) -> Any:
         if isinstance(exc, (yaml.composer.ComposerError, yaml.constructor.ConstructorError)):
             raise TextFormatError(f"{problem}{where}") from None
         raise TextFormatError(f"is not valid YAML ({problem}{where})") from None
+    bad = _bad_text(value)
+    if bad is not None:
+        raise TextFormatError(f"holds text that is not valid Unicode: {ascii(bad)[:80]}")
+    return value

@@ -51,9 +51,14 @@ class BackgroundBaseline:
         Steps must follow on from the last call; a gap (a resume) starts the mean afresh at ``first_step``.
         """
         xp = _array_module(frames)
-        if self._next_step != first_step or (self._mean is not None and _array_module(self._mean) is not xp):
+        if self._next_step != first_step:
             self._mean = self._mean2 = self._last = None
             self._seen = 0
+        elif self._mean is not None and _array_module(self._mean) is not xp:  # a restored state meets GPU frames
+            self._mean, self._mean2, self._last = (None if a is None else _to(xp, a)
+                                                   for a in (self._mean, self._mean2, self._last))
+            if self.count:
+                self._sums = _to(xp, self._sums)
         entries = int(np.prod(frames.shape[1:]))
         block = max(1, min(_BLOCK, _BLOCK_BYTES // (8 * entries)))
         for i in range(0, len(frames), block):
@@ -92,6 +97,27 @@ class BackgroundBaseline:
             self._weights[key] = (xp.asarray(keep ** (t + 1.0)), xp.asarray(weights))
         return self._weights[key]
 
+    def state(self) -> dict[str, Any]:
+        """Host copies of what the next steps continue from (the means m(s−1), m(s−2) and the sums of the
+        interval under way, float64 as kept), for a checkpoint: a run resumed from it measures exactly what an
+        unbroken run measures. The last frame c(s−1) is not kept: :meth:`load_state` takes it from the source."""
+        if self._mean is None or self._next_step is None:
+            return {}
+        mean2 = self._mean2 if self._mean2 is not None else self._mean
+        sums = self._sums if self.count else np.zeros(2)
+        return {"mean": _host(self._mean), "mean2": _host(mean2), "sums": _host(sums).astype(np.float64),
+                "count": int(self.count), "seen": int(self._seen), "next_step": int(self._next_step),
+                "has_mean2": int(self._mean2 is not None)}
+
+    def load_state(self, state: dict[str, Any], last_frame: np.ndarray) -> None:
+        """Continue from :meth:`state`; ``last_frame`` is the frame [n_seq, D, D, C] of step ``next_step − 1``."""
+        self._mean = np.array(state["mean"], np.float64)
+        self._mean2 = np.array(state["mean2"], np.float64) if int(state["has_mean2"]) else None
+        self._last = _compress(np, last_frame[None]).reshape(-1)
+        self._next_step, self._seen = int(state["next_step"]), int(state["seen"])
+        self.count = int(state["count"])
+        self._sums = np.array(state["sums"], np.float64) if self.count else 0.0
+
     def take(self) -> dict[str, float]:
         """Mean squared errors (compressed units) since the last call, ``two_step`` and ``one_step``; then reset."""
         out = {"two_step": float("nan"), "one_step": float("nan")}
@@ -109,6 +135,16 @@ def _array_module(frames: Any) -> Any:
 
         return cupy
     return np
+
+
+def _host(a: Any) -> np.ndarray:
+    """A numpy copy of a numpy or CuPy array."""
+    return a.get() if hasattr(a, "get") else np.array(a)
+
+
+def _to(xp: Any, a: Any) -> Any:
+    """``a`` as an array of module ``xp`` (numpy or CuPy)."""
+    return xp.asarray(a) if xp is not np else _host(a)
 
 
 def _compress(xp: Any, frames: Any) -> Any:

@@ -3,8 +3,11 @@ and readout updates are taken. ``train``, ``eval`` and the sweep worker are thin
 the bare engine on random frames instead).
 
 The engine accumulates its prediction errors and the copy-last-frame baseline itself, from the frames
-it already holds; the session reads them every metrics interval (:meth:`Session.take_metrics`), beside
-the background baseline it computes from the same frames as the feed hands them over.
+it already holds; the session collects its sums after every :meth:`Session.advance` and reports them every
+metrics interval (:meth:`Session.take_metrics`), beside the background baseline it computes from the same
+frames as the feed hands them over. An interval under way at a checkpoint is part of the run's state, and
+its sums are added up at the same steps whether or not the run was resumed there, so a resumed run logs
+exactly (to the bit) the metrics of an unbroken one.
 Between reads the session only hands frames over (:mod:`pvm_dist.run.feed`), unless a step needs the
 host: the readout training or scoring on a step's hidden state, or the last steps' animation.
 """
@@ -51,13 +54,15 @@ class Session:
         wanted = config.readout if learn else state is not None and bool(state.readout)
         if wanted and self.source.labels(0) is not None:
             self.readout = Readout(self.engine.topo, seed=config.seed, momentum=config.spec["momentum"])
+        self.background = BackgroundBaseline()
+        self._sums = self._no_sums()  # the metrics interval under way: engine sums collected after each advance
         if state is not None:
             self._restore(state)
         if not learn:
             self.engine.freeze()
-        self.background = BackgroundBaseline()
         self.on_gpu = self.engine.device_label.startswith("cuda")
-        if self.step > 0:  # a resume: the running mean as an unbroken run would have it
+        if self.step > 0 and not (state is not None and self._restore_interval(state.metrics)):
+            # a checkpoint without the interval (an older release): the running mean as an unbroken run would have it
             first = max(0, self.step - PRIME_STEPS)
             self._observe(first, self.source.frames_block(first, self.step - first))
             self.background.take()
@@ -76,6 +81,29 @@ class Session:
             self.engine.load_state(fresh)
         if self.readout is not None and state.readout:
             self.readout.load_state(state.readout)
+
+    def _no_sums(self) -> tuple[np.ndarray, np.ndarray, int]:
+        return np.zeros(2 * self.config.spec.n_layers), np.zeros(2), 0
+
+    def _restore_interval(self, saved: dict[str, Any]) -> bool:
+        """Continue the metrics interval a checkpoint was taken in; False if it kept none that fits this run."""
+        background = {k.removeprefix("background_"): v for k, v in saved.items() if k.startswith("background_")}
+        entries = self.engine.n_seq * int(np.prod(self.config.spec.image_shape))
+        fits = (np.shape(saved.get("errors")) == (2 * self.config.spec.n_layers,)
+                and np.shape(saved.get("baseline")) == (2,) and np.shape(background.get("mean")) == (entries,))
+        if not (self.learn and fits):
+            return False
+        self._sums = (np.array(saved["errors"], np.float64), np.array(saved["baseline"], np.float64),
+                      int(saved["steps"]))
+        self.background.load_state(background, self.source.frames_block(self.step - 1, 1)[0])
+        return True
+
+    def _collect_sums(self) -> None:
+        """Add the engine's sums since the last call to the interval's (at every advance's end: the same steps
+        in a resumed run as in an unbroken one, so the float64 additions round alike)."""
+        errors, baseline, steps = self.engine.take_metric_sums()
+        if steps:
+            self._sums = (self._sums[0] + errors, self._sums[1] + baseline, self._sums[2] + int(steps))
 
     def _observe(self, first_step: int, frames: Any) -> None:
         """The frames the engine trains on, into the background baseline (on the engine's GPU if it has one)."""
@@ -101,6 +129,7 @@ class Session:
             else:
                 self.feed.run(min(end, host_from) - self.step)
         self.engine.synchronize()
+        self._collect_sums()
         self._seconds += time.perf_counter() - t0
         self._steps += n_steps
 
@@ -158,8 +187,10 @@ class Session:
 
         Raises :class:`RunDiverged` when a layer's error is NaN or infinite.
         """
+        self._collect_sums()
         with np.errstate(all="ignore"):
-            raw = self.engine.metrics()
+            raw = self.engine.metrics_from(*self._sums)
+        self._sums = self._no_sums()
         bad = diverged_layers(raw)
         if bad:
             raise RunDiverged(f"diverged by step {self.step:,}: prediction error is NaN/Inf in layer(s) "
@@ -206,4 +237,11 @@ class Session:
     def state(self) -> RunState:
         """Host copies of everything the run continues from."""
         readout = self.readout.state() if self.readout is not None else {}
-        return RunState(self.engine.state(), readout, self.config)
+        interval: dict[str, Any] = {}
+        background = self.background.state()
+        if self.learn and background:
+            self._collect_sums()
+            errors, baseline, steps = self._sums
+            interval = {"errors": errors.copy(), "baseline": baseline.copy(), "steps": steps,
+                        **{f"background_{k}": v for k, v in background.items()}}
+        return RunState(self.engine.state(), readout, self.config, interval)

@@ -102,6 +102,20 @@ class _RunFolder:
         self.picture = path
         return path
 
+    def log_kept(self, step: int) -> Path | None:
+        """Finishing a run killed after its final checkpoint: the last picture and the animation it wrote
+        before that checkpoint, logged again under the same artifact paths. Returns the animation, if any."""
+        path = self.path / "pictures" / f"step_{step:09d}.png"
+        gif = self.path / "prediction.gif"
+        if self.tracker is not None:
+            if path.exists():
+                self.tracker.log_artifact(path, "pictures")
+            if gif.exists():
+                self.tracker.log_artifact(gif)
+        if path.exists():
+            self.picture = path
+        return gif if gif.exists() else None
+
     def save_checkpoint(self, state: RunState) -> Path:
         """Write atomically (with the MLflow run id, once the tracker knows it), then keep the newest few plus
         every ``keep_every``-th. A failed write (a full disk) raises :class:`CheckpointWriteError`; the
@@ -230,15 +244,23 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
                 if should_stop():
                     interrupted = True
                     break
+        # The last picture and the animation are written before the final checkpoint: a process killed after
+        # that checkpoint has them, and the resume that finishes the run (nothing left to train) logs them again.
+        finishing = session.step == start_step and not interrupted
+        if finishing:
+            animation = folder.log_kept(session.step)
+            if folder.picture is None:  # killed before it was drawn (a checkpoint of an earlier release)
+                folder.save_picture(session)
+        else:
+            if session.step > start_step or not interrupted:
+                folder.save_picture(session)
+            if session.animation is not None and len(session.animation) > 1 and not interrupted:
+                animation = session.animation.save(run_dir / "prediction.gif")
+                if tracker is not None:
+                    tracker.log_artifact(animation)
         final = session.state()
         if last_ck is None or last_ck != checkpoint_path(run_dir, session.step):
             last_ck = folder.save_checkpoint(final)
-        if session.step > start_step or not interrupted:
-            folder.save_picture(session)
-        if session.animation is not None and len(session.animation) > 1 and not interrupted:
-            animation = session.animation.save(run_dir / "prediction.gif")
-            if tracker is not None:
-                tracker.log_artifact(animation)
         if tracker is not None:  # a hard link where MLflow's store is a local folder: one copy on disk
             keep_once(tracker, last_ck, "checkpoints")
         if not interrupted:

@@ -65,7 +65,7 @@ from pvm_dist.sweep.source import make_source
 from pvm_dist.tracking.compare import label
 from pvm_dist.tracking.images import log_image_series
 from pvm_dist.tracking.keep_once import keep_once
-from pvm_dist.tracking.sync import sync_paths
+from pvm_dist.tracking.sync import end_if_running, sync_paths
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 POLL_S = 0.25
@@ -465,8 +465,9 @@ class Driver:
         trial = live.trial
         ts = self.state.trials[trial.trial_id]
         config = live.config.replace(track=True, mlflow_uri=self.mlflow_uri, experiment=self.experiment, run_id=ts.run_id)
-        self.checkpoints.submit(trial.trial_id, step, RunState(state["engine"], state["readout"], config),
-                                {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id}, metric)
+        kept = RunState(state["engine"], state["readout"], config, state.get("metrics") or {})
+        extra = {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id}
+        self.checkpoints.submit(trial.trial_id, step, kept, extra, metric)
         if picture:
             self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
             log_image_series(live.tracker, self.folder.trial_dir(live.trial.trial_id) / "pictures" / f"step_{step:09d}.png",
@@ -555,6 +556,10 @@ class Driver:
         self.folder.append("sweep_started", parent_run_id=self.parent.run_id, mlflow_uri=self.mlflow_uri,
                            experiment=self.experiment, host=socket.gethostname(), pid=os.getpid())
         self.state.parent_run_id = self.parent.run_id
+        for trial_id, ts in self.state.trials.items() if resuming else ():
+            if ts.status in FINAL_STATUSES and ts.run_id:  # ended, but the driver died before the run's close
+                end_if_running(self.mlflow_uri, ts.run_id, self.folder.trial_dir(trial_id) / "tracking-fallback",
+                               FAILED if ts.status == FAILED else "FINISHED")
 
     def _shutdown(self) -> None:
         self.checkpoints.close()  # every state handed over is on disk and journaled before the sweep ends

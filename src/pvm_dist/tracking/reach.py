@@ -4,7 +4,11 @@ MLflow retries an unreachable server for minutes and an unusable SQLite path (a 
 folder) for about as long before it fails, so a typo in ``--mlflow`` cost minutes. :func:`check_store`
 looks first: a SQLite file must be a file in a writable folder (or, for reading, exist: ``compare`` must
 not create an empty ``mlflow.db``), and an HTTP server read from must accept a TCP connection within
-:data:`CONNECT_TIMEOUT_S` (one logged to may be away: the tracker spools). Other URI schemes (``file:``, ``databricks``) are left to MLflow.
+:data:`CONNECT_TIMEOUT_S` (one logged to may be away: the tracker spools). MLflow's file store (``file:``
+URIs and plain paths) is refused for logging: MLflow 3 keeps it in maintenance mode and refuses it unless
+``MLFLOW_ALLOW_FILE_STORE=true``, and it stores a metric point again each time it is sent, so the points a
+resumed run or a restarted trial sends again (which SQL stores keep once) would be doubled. It is read
+(``compare``) where MLflow is allowed to. Other schemes (``databricks``) are left to MLflow.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ def check_store(uri: str, write: bool) -> None:
         _check_sqlite(uri, db, write)
         return
     parts = urlsplit(uri)
+    file_store = parts.scheme in ("", "file") and not uri.startswith("databricks")
+    if file_store and (write or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true"):
+        raise TrackingStoreError(
+            f"MLflow store {uri}: MLflow's file store is not supported"
+            + (" for logging: it would keep twice the metric points a resumed run sends again" if write else "")
+            + "; use sqlite:///PATH/mlflow.db (`mlflow migrate-filestore` moves an existing one)")
     if parts.scheme in ("http", "https") and not write:  # writers spool while a server is away (tracker.py)
         _check_server(uri, parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
 

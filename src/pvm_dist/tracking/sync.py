@@ -130,9 +130,9 @@ def sync_spool(fallback_dir: Path) -> SyncResult:
     return result
 
 
-def end_if_running(uri: str, run_id: str, owner: Path) -> bool:
-    """End as KILLED the run ``run_id`` when MLflow still has it RUNNING and no live tracker holds ``owner``
-    (the folder its process tracked from): that process died without closing it. True when it did."""
+def end_if_running(uri: str, run_id: str, owner: Path, status: str = "KILLED") -> bool:
+    """End as ``status`` (KILLED: its process died without closing it) the run ``run_id`` when MLflow still has
+    it RUNNING and no live tracker holds ``owner`` (the folder its process tracked from). True when it did."""
     lock = claim(owner)
     if lock is None:
         return False
@@ -142,7 +142,7 @@ def end_if_running(uri: str, run_id: str, owner: Path) -> bool:
         client = MlflowClient(uri)
         if client.get_run(run_id).info.status != "RUNNING":
             return False
-        client.set_terminated(run_id, status="KILLED")
+        client.set_terminated(run_id, status=status)
         return True
     except Exception as e:  # noqa: BLE001 - the tracker away or the run unknown: nothing to close now
         log.warning("tracking: cannot check run %s at %s: %s", run_id, uri, e)
