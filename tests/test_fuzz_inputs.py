@@ -2,8 +2,9 @@
 
 The property, for every input: the command exits 0, or exits 2 with one line that says what is wrong
 (a sweep file's problems may follow it as ``  - key: problem`` items), never a traceback or an internal
-error, and no file that existed before is changed. Memory stays bounded because every size is checked
-before allocating (``test_bad_inputs.py`` has the worst cases).
+error, no file that existed before is changed, and this process's peak memory rises no more than
+``MEMORY_HEADROOM`` above what it was when the fuzzer started (every size is checked before allocating;
+``test_bad_inputs.py`` has the worst cases).
 
 CI runs a few derandomized examples per input kind, in-process; ``PVM_FUZZ_EXAMPLES=500`` runs more, with
 fresh random examples each time.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import tempfile
 from pathlib import Path
 
@@ -29,6 +31,23 @@ EXAMPLES = int(os.environ.get("PVM_FUZZ_EXAMPLES", "0"))
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 FUZZ = settings(max_examples=EXAMPLES or 6, derandomize=not EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+#: How far the process's peak resident memory may rise while fuzzing (an unbounded allocation goes far past it).
+MEMORY_HEADROOM = 1 << 30
+
+
+def _peak_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+@pytest.fixture(scope="module", autouse=True)
+def peak_at_start() -> None:
+    """The process's peak before this module's first example (earlier tests may have raised it)."""
+    global PEAK_AT_START
+    PEAK_AT_START = _peak_bytes()
+
+
+PEAK_AT_START = 0
 
 #: Strings that broke something once, or that look like what a parser special-cases.
 ODD_TEXT = ["", " ", "0", "-1", "1e999", "nan", "-inf", "[]", "{}", "null", "true", ",,,", "synthetic:",
@@ -61,6 +80,8 @@ def _assert_clean(code: int, err: str, before: dict[str, str], folder: Path, cre
         assert all(line.startswith("  - ") for line in lines[1:]), err
     after = _snapshot(folder)
     assert {k: v for k, v in after.items() if k in before} == before, "an existing file changed"
+    peak = _peak_bytes()
+    assert peak <= PEAK_AT_START + MEMORY_HEADROOM, f"peak memory rose by {(peak - PEAK_AT_START) / 2**20:,.0f} MiB"
     if code == 2 and creates_nothing:
         assert after.keys() == before.keys(), f"a refused input left files: {sorted(after.keys() - before.keys())}"
 
