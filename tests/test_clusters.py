@@ -253,9 +253,10 @@ def test_readme_covers_the_workflow():
     text = (CLUSTERS / "README.md").read_text()
     for needle in ["pvm-dist sweep run", "--address", "ray start --head", "ray start --address",
                    "mlflow server", "sweep resume", "sweep status", "pvm-dist compare", "ray up",
-                   "ray attach", "ray down", "kubectl apply", "port-forward", "pvm-sweeps/"]:
+                   "ray attach", "ray down", "kubectl apply", "port-forward", "pvm-sweeps/",
+                   "pvm-dist sweep submit", "pvm-dist sweep list", "pvm-dist sweep logs", "pvm-dist sweep stop"]:
         assert needle in text, needle
-    assert len(text.splitlines()) <= 120
+    assert len(text.splitlines()) <= 200  # one page per way of running: local, Ray Jobs, Ray Client, clouds
     # Every cluster file it points to exists.
     for name in ALL_YAML:
         assert f"clusters/{name}" in text, name
