@@ -105,13 +105,16 @@ def _history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
 
 def test_a_run_that_ends_during_an_outage_is_delivered_once_by_sync(tmp_path, away):
     """The tracker is away from start to close: nothing reached it. Once it is back, ``sync`` creates the run,
-    delivers every metric and param once and ends it FINISHED; a second sync sends nothing."""
+    with the tags and dataset it was started with, delivers every metric and param once and ends it FINISHED;
+    a second sync sends nothing."""
     from pvm_dist.tracking.sync import sync_paths
 
     uri = away.uri
+    data = {"name": "synthetic:balls", "digest": "0123abcd", "source_type": "synthetic", "source": "synthetic:balls",
+            "context": "training"}
     with pytest.warns(UserWarning):
         tr = Tracker.start(uri, "outage", run_name="r", fallback_dir=tmp_path / "run" / "fb", flush_every=0.05,
-                           run_key="k1")
+                           run_key="k1", tags={"trial_id": "t007"}, inputs=[data])
     tr.log_params({"lr": 0.1})
     for step in range(1, 41):
         tr.log_metrics({"loss": 1.0 / step, "acc": step / 40}, step=step)
@@ -122,6 +125,8 @@ def test_a_run_that_ends_during_an_outage_is_delivered_once_by_sync(tmp_path, aw
     assert (first.runs, first.metrics, first.left) == (1, 80, [])
     (run,) = runs_of(uri, "outage")
     assert run.info.status == "FINISHED" and run.data.params == {"lr": "0.1"}
+    assert run.data.tags["trial_id"] == "t007"  # created as it was started, not bare
+    assert [(d.dataset.name, d.dataset.digest) for d in run.inputs.dataset_inputs] == [("synthetic:balls", "0123abcd")]
     assert _history(uri, run.info.run_id, "loss") == [(s, 1.0 / s) for s in range(1, 41)]
     again = sync_paths([tmp_path / "run"])
     assert (again.runs, again.metrics) == (0, 0)

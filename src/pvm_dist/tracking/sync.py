@@ -77,8 +77,8 @@ def spool_runs(records: list[dict[str, Any]]) -> list[SpoolRun]:
         if rec.get("run_id"):
             run.run_id = rec["run_id"]
         if kind in ("run", "outage"):
-            run.identity.update({k: rec[k] for k in ("uri", "experiment", "run_name", "run_key", "parent_run_id")
-                                 if rec.get(k) is not None})
+            run.identity.update({k: rec[k] for k in ("uri", "experiment", "run_name", "run_key", "parent_run_id",
+                                                      "tags", "inputs") if rec.get(k) is not None})
         elif kind == "close":
             run.status, run.delivered = rec.get("status"), bool(rec.get("delivered"))
     runs = list(dict.fromkeys(session_of.values()))  # each once, in order of appearance
@@ -115,6 +115,7 @@ def sync_spool(fallback_dir: Path) -> SyncResult:
             tracker = Tracker.start(ident["uri"], ident["experiment"], run_name=ident.get("run_name"),
                                     run_id=run.run_id, run_key=ident.get("run_key"),
                                     parent_run_id=None if run.run_id else ident.get("parent_run_id"),
+                                    tags=None if run.run_id else ident.get("tags"), inputs=ident.get("inputs") or (),
                                     fallback_dir=fallback_dir, replay_fallback=False)
             queued = tracker.requeue(run.sessions)
             status = run.status or "KILLED"  # no close record: its process died

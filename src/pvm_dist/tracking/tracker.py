@@ -85,8 +85,10 @@ class Tracker:
         if parent_run_id:
             create_tags["mlflow.parentRunId"] = parent_run_id
         self._held = hold(self.fallback_dir.parent)  # a live tracker's spool: `pvm-dist sync` leaves it alone
+        # Where the run lives and what it is created with: a spool delivered by `pvm-dist sync` creates a run
+        # the tracker never reached with the same tags and datasets.
         identity = {"uri": self.uri, "experiment": experiment, "run_name": run_name, "run_key": run_key,
-                    "parent_run_id": parent_run_id}
+                    "parent_run_id": parent_run_id, "tags": dict(create_tags), "inputs": [dict(d) for d in inputs]}
         self._outbox = Outbox(self.fallback_dir, self.session, max_queue=self.max_queue, run_id=run_id,
                               identity=identity)
         self._sink = MlflowSink(self.uri, experiment, run_name=run_name, run_id=run_id, tags=create_tags,
