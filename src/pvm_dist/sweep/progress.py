@@ -19,7 +19,8 @@ STATUS_STYLE = {"RUNNING": "cyan", "FINISHED": "green", "STOPPED": "yellow", "FA
 
 
 def rows(state: SweepState, trials: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
-    """One dict per trial: id, varied values, status, step (of its steps), fps, metric, ETA (s), where it runs."""
+    """One dict per trial: id, varied values, status, step (of its steps), the step of its kept checkpoint (where
+    it continues), fps, metric, ETA (s), where it runs."""
     out = []
     for t in trials:
         ts, its_steps = state.trials[t["trial_id"]], trial_steps(t, steps)
@@ -27,7 +28,7 @@ def rows(state: SweepState, trials: list[dict[str, Any]], steps: int) -> list[di
         if ts.status == RUNNING and ts.steps_per_s:
             eta = (its_steps - ts.step) / ts.steps_per_s
         out.append({"trial_id": ts.trial_id, "varied": t.get("varied", {}), "status": ts.status, "step": ts.step,
-                    "steps": its_steps,
+                    "steps": its_steps, "checkpoint_step": ts.checkpoint_step,
                     "frames_per_s": ts.frames_per_s, "metric": ts.metric, "eta_s": eta,
                     "where": f"{ts.node or ''} gpu {ts.gpu}" if ts.gpu and ts.gpu != "cpu" else (ts.node or ""),
                     "run_id": ts.run_id, "starts": ts.starts, "reason": ts.reason})
