@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import cli_command
@@ -31,15 +32,21 @@ def _train_killed_before_the_end_of_run_work(run_dir: str, uri: str) -> None:
     os._exit(0)  # not reached
 
 
-def test_a_run_killed_after_its_final_checkpoint_is_finished_by_resume(tmp_path, migrated_db):
+def _killed_in_a_child(target, tmp_path, migrated_db) -> tuple[Path, str, int]:
+    """Run ``target(run_dir, uri)`` in a forked process that kills itself (exit 9), tracking to a fresh copy of
+    the migrated store; its run folder, store URI and pid."""
     shutil.copyfile(migrated_db, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_dir = tmp_path / "run"
-    child = multiprocessing.get_context("fork").Process(target=_train_killed_before_the_end_of_run_work,
-                                                        args=(str(run_dir), uri))
+    child = multiprocessing.get_context("fork").Process(target=target, args=(str(run_dir), uri))
     child.start()
     child.join(300)
     assert child.exitcode == 9
+    return run_dir, uri, child.pid
+
+
+def test_a_run_killed_after_its_final_checkpoint_is_finished_by_resume(tmp_path, migrated_db):
+    run_dir, uri, pid = _killed_in_a_child(_train_killed_before_the_end_of_run_work, tmp_path, migrated_db)
     (final,) = sorted((run_dir / "checkpoints").glob("*.pvmckpt"))
     ck = checkpoint.load(final)
     assert ck.step == 40 and ck.meta["run_id"]
@@ -52,7 +59,7 @@ def test_a_run_killed_after_its_final_checkpoint_is_finished_by_resume(tmp_path,
     synced = CliRunner().invoke(app, ["sync", str(run_dir), "--json"])  # killed runs do not stay RUNNING
     assert synced.exit_code == 0 and json.loads(synced.stdout)["killed"] == 1, synced.output
     assert client.get_run(ck.meta["run_id"]).info.status == "KILLED"
-    stale = final.parent / f".{final.name}.tmp-{child.pid}-0badf00d"  # a write the kill cut short
+    stale = final.parent / f".{final.name}.tmp-{pid}-0badf00d"  # a write the kill cut short
     stale.write_bytes(b"half a checkpoint")
 
     env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
@@ -174,14 +181,7 @@ def test_a_run_finished_after_a_kill_has_the_pictures_and_animation_of_an_unbrok
     from pvm_dist.run.train import checkpoint_path, train
 
     straight = train(_animated(None), tmp_path / "straight")
-    shutil.copyfile(migrated_db, tmp_path / "mlflow.db")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run_dir = tmp_path / "run"
-    child = multiprocessing.get_context("fork").Process(target=_train_killed_after_its_final_checkpoint,
-                                                        args=(str(run_dir), uri))
-    child.start()
-    child.join(300)
-    assert child.exitcode == 9
+    run_dir, uri, _ = _killed_in_a_child(_train_killed_after_its_final_checkpoint, tmp_path, migrated_db)
     state, _ = run_state.load(checkpoint_path(run_dir, 40))
     result = train(state.run, run_dir, resume=state)
     assert result.animation == run_dir / "prediction.gif"
