@@ -5,11 +5,11 @@ learning rates and momentum), with the same seed, the same trial length, the sam
 members) and the same concurrency, so each spends the same trial-steps; then reads their journals and writes
 a Markdown report, its JSON and a PNG: the best final metric each reached, and the best-so-far final metric
 against the trial-steps spent (a trial counts when it ends; for PBT steps a member copied from its donor are
-not counted again).
+not counted again). With several seeds each search runs once per seed, and the report adds the mean.
 
     python benchmarks/search_compare.py [--preset tiny-cpu] [--trials 8] [--steps 4000] [--n-seq 8] \
-        [--out benchmarks/results-search-cpu.md]
-    python benchmarks/search_compare.py --preset small-gpu --trials 8 --steps 9000 --n-seq 4 --concurrency 1 \
+        [--seeds 11,12,13] [--out benchmarks/results-search-cpu.md]
+    python benchmarks/search_compare.py --preset small-gpu --trials 8 --steps 8000 --n-seq 4 --concurrency 4 \
         --out benchmarks/results-search-h200.md      # on a GPU host with the native CUDA engine built
 
 A preset fixes the model, the space and the schedule delays (small learns at smaller rates than tiny, and its
@@ -117,18 +117,18 @@ def machine() -> str:
 
 def command(args: argparse.Namespace) -> str:
     return (f"python benchmarks/search_compare.py --preset {args.preset} --trials {args.trials} --steps {args.steps} "
-            f"--n-seq {args.n_seq} --concurrency {args.concurrency} --seed {args.seed}")
+            f"--n-seq {args.n_seq} --concurrency {args.concurrency} --seeds {','.join(map(str, args.seeds))}")
 
 
-def summary(results: dict[str, tuple[dict, list[dict], float]], args: argparse.Namespace) -> dict:
-    """What the report shows, as data: per search its best trial, finished count, curve and wall seconds."""
+def summary(results: dict[tuple[str, int], tuple[dict, list[dict], float]], args: argparse.Namespace) -> dict:
+    """What the report shows, as data: per search and seed its best trial, finished count, curve and wall seconds."""
     out = {"command": command(args), "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "preset": args.preset, "sweeps": sweeps(args.preset, args.trials, args.steps, args.n_seq, args.concurrency,
-                                                    args.seed), "searches": {}}
-    for name, (outcome, events, seconds) in results.items():
+                                                    args.seeds[0]), "searches": {}}
+    for (name, seed), (outcome, events, seconds) in results.items():
         points = curve(events)
-        out["searches"][name] = {
-            "best": outcome["best"], "wall_s": seconds, "curve": points,
+        out["searches"][f"{name} seed {seed}"] = {
+            "search": name, "seed": seed, "best": outcome["best"], "wall_s": seconds, "curve": points,
             "trial_steps": points[-1][0] if points else 0,
             "statuses": [t["status"] for t in outcome["trials"]],
             "finals": {t["trial_id"]: t.get("metric") for t in outcome["trials"]},
@@ -145,36 +145,62 @@ def report(data: dict, args: argparse.Namespace) -> str:
         f"# Random search, TPE and PBT on the same budget ({p['title']})", "",
         f"Command: `{data['command']}` on {data['machine']}, {data['date']}.", "",
         f"Each search: {args.trials} trials (PBT: members) × {args.steps:,} steps × n_seq {args.n_seq}, "
-        f"{args.concurrency} at a time, seed {args.seed}, over "
+        f"{args.concurrency} at a time, once per seed ({', '.join(map(str, args.seeds))}; a seed fixes the first "
+        "draws, the data and the engines' initial weights), over "
         + ", ".join(f"{k} ({next(iter(v))} {v[next(iter(v))]})" for k, v in p["space"].items())
         + f": {budget:,} trial-steps each. Metric: ratio_two_step at a trial's "
         "last step (the two-step prediction error over the copy-last-frame baseline; lower is better).", "",
-        "| search | best ratio_two_step | its values | trials finished | trial-steps trained | PBT copies | engines on "
-        "| wall s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| search | seed | best ratio_two_step | its values | trials finished | trial-steps trained | PBT copies "
+        "| engines on | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in data["searches"].items():
         best = r["best"] or {}
         values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in
                            (best.get("varied") or {}).items())
         finished = r["statuses"].count("FINISHED")
-        lines.append(f"| {name} | {best.get('metric', float('nan')):.4f} | {values} | {finished} | "
+        lines.append(f"| {r['search']} | {r['seed']} | {best.get('metric', float('nan')):.4f} | {values} | {finished} | "
                      f"{r['trial_steps']:,} | {r['exploits']} | {', '.join(r['devices'])} | {r['wall_s']:.0f} |")
+    lines += ["", "Over the seeds (the best final metric each search reached with each seed; lower is better):", "",
+              "| search | mean best | best of seeds | worst of seeds | seeds it was best on |", "|---|---|---|---|---|"]
+    for name, bests in means(data).items():
+        wins = sum(1 for seed in args.seeds if winner(data, seed) == name)
+        lines.append(f"| {name} | {sum(bests) / len(bests):.4f} | {min(bests):.4f} | {max(bests):.4f} | "
+                     f"{wins} of {len(args.seeds)} |")
     lines += ["", "Best-so-far final metric against trial-steps trained (one point per finished trial):", ""]
     for name, r in data["searches"].items():
         lines.append(f"- **{name}**: " + " → ".join(f"{s:,}: {b:.4f}" for s, b in r["curve"]))
     return "\n".join(lines) + "\n"
 
 
+def means(data: dict) -> dict[str, list[float]]:
+    """Per search, its best final metric for each seed (seeds where it finished a trial)."""
+    out: dict[str, list[float]] = {}
+    for r in data["searches"].values():
+        if r["best"] is not None:
+            out.setdefault(r["search"], []).append(float(r["best"]["metric"]))
+    return out
+
+
+def winner(data: dict, seed: int) -> str | None:
+    """The search with the best final metric for ``seed``."""
+    runs = [r for r in data["searches"].values() if r["seed"] == seed and r["best"] is not None]
+    return min(runs, key=lambda r: r["best"]["metric"])["search"] if runs else None
+
+
 def plot(data: dict, path: Path) -> None:
-    """The best-so-far curves of the three searches on one figure."""
+    """The best-so-far curves of the three searches on one figure (one line per seed, one colour per search)."""
     from pvm_dist.tracking.figures import pyplot, save_figure
 
     fig, ax = pyplot().subplots(figsize=(7, 4.2))
+    colours: dict[str, str] = {}
     for name, r in data["searches"].items():
         if r["curve"]:
             xs, ys = zip(*r["curve"])
-            ax.step(xs, ys, where="post", marker="o", label=name)
+            first = r["search"] not in colours
+            line = ax.step(xs, ys, where="post", marker="o", markersize=3, alpha=0.8,
+                           color=colours.get(r["search"]), label=r["search"] if first else None)[0]
+            colours.setdefault(r["search"], line.get_color())
     ax.set_xlabel("trial-steps trained")
     ax.set_ylabel("best final ratio_two_step so far (lower is better)")
     ax.set_title(f"{PRESETS[data['preset']]['title']}: best so far against budget")
@@ -190,7 +216,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--n-seq", type=int, default=8)
     ap.add_argument("--concurrency", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",")], default=[11],
+                    help="comma-separated; each search runs once per seed")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results-search-cpu.md"),
                     help="the Markdown report; its JSON and PNG are written beside it")
     ap.add_argument("--work", type=Path, default=None, help="where the sweeps' temporary folder goes")
@@ -200,11 +227,12 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="pvm-search-", dir=args.work) as tmp:
         print(f"sweeps under {tmp}", flush=True)
-        for name, sweep in sweeps(args.preset, args.trials, args.steps, args.n_seq, args.concurrency,
-                                  args.seed).items():
-            results[name] = run(name, sweep, Path(tmp))
-            print(f"{name}: best {results[name][0]['best'] and results[name][0]['best']['metric']} "
-                  f"in {results[name][2]:.0f} s", flush=True)
+        for seed in args.seeds:
+            for name, sweep in sweeps(args.preset, args.trials, args.steps, args.n_seq, args.concurrency,
+                                      seed).items():
+                outcome = results[name, seed] = run(f"{name}-{seed}", sweep, Path(tmp))
+                print(f"{name} seed {seed}: best {outcome[0]['best'] and outcome[0]['best']['metric']} "
+                      f"in {outcome[2]:.0f} s", flush=True)
             data = summary(results, args)  # written after each search, so a run cut short keeps what it made
             args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     args.out.write_text(report(data, args))

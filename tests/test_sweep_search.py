@@ -340,6 +340,34 @@ def test_the_worst_member_copies_the_best_bit_for_bit_with_explored_values(tmp_p
     assert picture is not None and picture.shape[0] > 100 and picture.std() > 0  # drawn, not blank
 
 
+def test_a_population_larger_than_its_workers_takes_turns_interval_by_interval(tmp_path, mlflow_uri, engines):
+    # 4 members, 2 workers (the scripted cluster has 2 CPUs): a member that reaches an interval while another
+    # waits pauses there, so the population reaches each interval together and later members find live donors.
+    d = new_population(tmp_path, mlflow_uri)
+    out = d.run()
+    assert out.status == "FINISHED" and {t["step"] for t in out.trials} == {300}
+    events = d.folder.events()
+    reached = {k: [i for i, e in enumerate(events) if e["event"] == "milestone" and e["step"] == k] for k in (100, 200)}
+    assert len(reached[100]) == len(reached[200]) == 4
+    assert max(reached[100]) < min(reached[200])  # no member went past 100 before every member had reached it
+    assert any(e["event"] == "exploit" and e["at_step"] == 200 for e in events)  # donors were there to copy
+    paused = [(e["trial"], e["step"]) for e in events if e["event"] == "trial_paused"]
+    assert len(paused) >= 4
+    for trial_id, step in paused:  # each went on from its own state at that step, bit for bit
+        state = next(s for t, _, s in engines.starts if t == trial_id and s is not None and s["engine"]["step"] == step)
+        for key, array in EngineExecutor.kept[(trial_id, step)].items():
+            assert array.tobytes() == np.asarray(state["engine"][key]).tobytes(), key
+    check_exploits(d.folder)
+    # One MLflow run per member, opened once and kept open through its pauses and copies.
+    assert sorted(e["trial"] for e in events if e["event"] == "trial_run") == sorted(d.trials)
+    client = mlflow.MlflowClient(tracking_uri=mlflow_uri)
+    runs = client.search_runs(
+        [client.get_experiment_by_name(f"s-{tmp_path.name}").experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{d.state.parent_run_id}'")
+    assert sorted(r.data.tags["trial_id"] for r in runs) == sorted(d.trials)
+    assert {r.info.status for r in runs} == {"FINISHED"}
+
+
 def test_the_population_picture_needs_a_reported_metric(tmp_path):
     from pvm_dist.sweep.journal import SweepState, TrialState
     from pvm_dist.sweep.lineage import population_history
@@ -390,33 +418,33 @@ def test_a_driver_dying_right_after_an_exploit_resumes_the_population(tmp_path, 
 
 def test_a_lost_workers_member_continues_from_its_last_checkpoint_with_its_explored_values(tmp_path, mlflow_uri,
                                                                                            engines):
-    # The worst member (largest learning rate) copies the best at step 200; its worker dies at step 250, before
+    # The worst member (largest learning rate) copies the best at step 100; its worker dies at step 150, before
     # its next checkpoint: the member's last checkpoint is that copy, with the values it explored.
     plan = load_sweep(pbt()).plan()
     worst = max(plan, key=lambda t: t.varied["initial_learning_rate"]).trial_id
-    engines.lose = {(worst, 250)}
+    engines.lose = {(worst, 150)}
     d = new_population(tmp_path, mlflow_uri)
     out = d.run()
     assert out.status == "FINISHED" and {t["status"] for t in out.trials} == {"FINISHED"}
     events = d.folder.events()
     lost = [e for e in events if e["event"] == "trial_lost"]
-    assert [(e["trial"], e["step"], e["reason"]) for e in lost] == [(worst, 200, "worker lost: ActorDiedError: killed")]
+    assert [(e["trial"], e["step"], e["reason"]) for e in lost] == [(worst, 100, "worker lost: ActorDiedError: killed")]
     before = events[:events.index(lost[0])]
     exploit = [e for e in before if e["event"] == "exploit" and e["trial"] == worst][-1]
-    assert exploit["step"] == lost[0]["checkpoint_step"] == 200
+    assert exploit["step"] == lost[0]["checkpoint_step"] == 100
     # Two starts from that checkpoint: after the copy, and on the replacement worker; the same state bit for bit,
     # the same explored values (not the plan's).
-    starts = [(t, s) for w, t, s in engines.starts if w == worst and s is not None and s["engine"]["step"] == 200]
+    starts = [(t, s) for w, t, s in engines.starts if w == worst and s is not None and s["engine"]["step"] == 100]
     assert len(starts) == 2
     (copied, first), (replaced, second) = starts
     assert copied.varied == replaced.varied == exploit["values"] != next(t.varied for t in plan if t.trial_id == worst)
     assert first["engine"].keys() == second["engine"].keys()
     for key, array in first["engine"].items():
         assert np.asarray(array).tobytes() == np.asarray(second["engine"][key]).tobytes(), key
-    assert [e["step"] for e in events if e["event"] == "trial_started" and e["trial"] == worst][-1] == 200
+    assert [e["step"] for e in events if e["event"] == "trial_started" and e["trial"] == worst][1:3] == [100, 100]
     assert {t["step"] for t in out.trials} == {300} and d.state.failures == 1
     row = {t["trial_id"]: t for t in out.trials}[worst]
-    assert row["varied"] == exploit["values"]
+    assert row["varied"] == [e for e in events if e["event"] == "exploit" and e["trial"] == worst][-1]["values"]
     check_exploits(d.folder)  # every exploit still copied its donor bit for bit
 
 

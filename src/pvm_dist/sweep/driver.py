@@ -13,7 +13,8 @@
   the driver is the only MLflow writer, and its trackers write one at a time (one SQLite writer); trials'
   runs open on a thread beside the loop, so a slow store never holds up scheduling;
 - PBT (:mod:`pvm_dist.sweep.pbt`): a member the policy tells to exploit continues from a copy of its
-  donor's checkpoint with the explored values (journaled first, lineage tagged on its MLflow run);
+  donor's checkpoint with the explored values (journaled first, lineage tagged on its MLflow run); one
+  told to pause gives its worker to the member furthest behind (its MLflow run stays open meanwhile);
 - a lost worker's trial goes back to the queue, to continue from its last checkpoint on a replacement
   worker; a failing trial (it diverged) fails with its reason; every failure counts against the
   sweep's failure budget, which, once spent, stops the sweep;
@@ -150,7 +151,8 @@ class Driver:
             pbt.finish_copies(folder, state)
             self.scheduler = pbt.PopulationBasedTraining(
                 sweep, {t: tr.varied for t, tr in self.trials.items()}, state.rungs,
-                lambda t: self.state.trials[t].status not in FINAL_STATUSES, len(state.exploits))
+                lambda t: self.state.trials[t].status not in FINAL_STATUSES,
+                lambda step: any(self.state.trials[t].step <= step for t in self.queue), len(state.exploits))
         else:
             self.scheduler = make_scheduler(sweep, state.rungs)
         self.source = make_source(sweep, folder.path, self.trials, state)
@@ -171,10 +173,11 @@ class Driver:
         best = {t: (s.best_step, s.best_metric) for t, s in state.trials.items() if s.best_metric is not None}
         self.checkpoints = CheckpointStore(folder.trial_dir, sweep.run.keep_checkpoints, sweep.better, best)
         self._closing: dict[str, threading.Thread] = {}  # trial -> its run being closed
+        self._parked: dict[str, _Live] = {}  # PBT members waiting for a worker, their runs open
         # Trials' MLflow runs open on a thread (store round trips, a data digest), one at a time as the store
         # creates them: trial -> (its opening, its start event, its config).
         self._opener = run_opener()
-        self._opening: dict[str, tuple[futures.Future[Tracker], TrialStarted, RunConfig]] = {}
+        self._opening: dict[str, tuple[futures.Future[Tracker], TrialStarted, RunConfig, bool]] = {}  # ..., new run
         self.longest_block_s = 0.0  # the loop's longest stretch of work between waits for results
         self.longest_run_open_s = 0.0  # the longest opening of a trial's run (off the loop)
 
@@ -226,7 +229,15 @@ class Driver:
         for index in self.executor.idle_workers():
             if not self.queue and not self._add_trial():
                 return
-            self._start_trial(self.queue.popleft(), index)
+            self._start_trial(self._next_queued(), index)
+
+    def _next_queued(self) -> str:
+        """The next pending trial: the queue's first, or for PBT the member furthest behind (members take turns)."""
+        if not isinstance(self.scheduler, pbt.PopulationBasedTraining):
+            return self.queue.popleft()
+        pick = min(self.queue, key=lambda t: self.state.trials[t].step)  # the first of equals: queue order
+        self.queue.remove(pick)
+        return pick
 
     def _add_trial(self) -> bool:
         """Ask the trial source for a new trial; journal it (before it starts) and queue it."""
@@ -332,12 +343,16 @@ class Driver:
         where = {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id, "node": w.node, "worker_host": w.host,
                  "gpu": w.gpu}
         closing = self._closing.pop(trial.trial_id, None)
+        parked = self._parked.pop(trial.trial_id, None)
         config = self.sweep.trial_config(trial)
         run_id, parent_run_id = ts.run_id, self.parent.run_id
         params = self._trial_params(trial, config) if run_id is None else None
 
         def open_run() -> Tracker:
             t0 = time.perf_counter()
+            if parked is not None:  # a PBT member back from a pause: its run is still open
+                parked.tracker.set_tags(where)
+                return parked.tracker
             if closing is not None:  # reopened after a loss: its last session ends first
                 closing.join()
             tracker = Tracker.start(self.mlflow_uri, self.experiment,
@@ -353,30 +368,31 @@ class Driver:
             self.longest_run_open_s = max(self.longest_run_open_s, time.perf_counter() - t0)
             return tracker
 
-        self._opening[trial.trial_id] = (self._opener.submit(open_run), ev, config)
+        self._opening[trial.trial_id] = (self._opener.submit(open_run), ev, config, parked is None)
 
     def _take_opened(self) -> None:
         """Trials whose runs are open: journal their start and feed them chunks."""
-        for trial_id, (opening, ev, config) in list(self._opening.items()):
+        for trial_id, (opening, ev, config, opened) in list(self._opening.items()):
             if opening.done():
                 del self._opening[trial_id]
-                self._opened(ev, config, opening.result())
+                self._opened(ev, config, opening.result(), opened)
 
     def _abandon_opening(self, trial_id: str) -> _Live | None:
         """A trial that ends or loses its worker while its run opens: its run, once open, to be closed."""
         entry = self._opening.pop(trial_id, None)
         if entry is None:
             return None
-        opening, _, config = entry
+        opening, _, config, _ = entry
         return _Live(self.trials[trial_id], config, opening.result())
 
-    def _opened(self, ev: TrialStarted, config: RunConfig, tracker: Tracker) -> None:
+    def _opened(self, ev: TrialStarted, config: RunConfig, tracker: Tracker, opened: bool) -> None:
+        """``opened``: the tracker is new (not a paused member's, which has delivered what it logged)."""
         trial, ts, w = self.trials[ev.trial_id], self.state.trials[ev.trial_id], ev.worker
         if ts.run_id is None and tracker.run_id:
             self.folder.append("trial_run", trial=trial.trial_id, run_id=tracker.run_id)
             ts.run_id = tracker.run_id
-        for step, (stamp, metrics) in ts.logged.items():  # a restart: what the last tracker may not have delivered,
-            tracker.log_metrics(metrics, step=step, timestamp=stamp)  # as it was (MLflow keeps one copy of a point)
+        for step, (stamp, metrics) in ts.logged.items() if opened else ():  # a restart: what the last tracker may
+            tracker.log_metrics(metrics, step=step, timestamp=stamp)  # not have delivered (MLflow keeps one copy)
         tracker.set_tags({"checkpoint": str(self.folder.checkpoint_file(trial.trial_id)),  # the file, not a copy
                           "checkpoint_best": str(self.folder.trial_dir(trial.trial_id) / BEST)})
         self.state.apply(self.folder.append(
@@ -420,6 +436,8 @@ class Driver:
             self._end_trial(trial_id, STOPPED, decision.reason)
         elif decision.action is Action.EXPLOIT:
             self._exploit(trial_id, step, decision)
+        elif decision.action is Action.PAUSE:
+            self._pause(trial_id, step, decision.reason)
         elif not self._stopping():
             self.executor.feed(trial_id)
 
@@ -444,10 +462,19 @@ class Driver:
                    if e["trial"] == trial_id]
         live.tracker.set_tags({"pbt_exploits": len(lineage), "pbt_donor": decision.donor, "pbt_values": trial.varied,
                                "pbt_lineage": json.dumps(lineage)})
-        live.tracker.close("KILLED")  # reopened (same run) when it continues from the copy
+        self._parked[trial_id] = dataclasses.replace(live, trial=trial, config=config)  # its run goes on with the copy
         self.executor.release(trial_id)
         if not self._stopping():
             self.queue.appendleft(trial_id)
+
+    def _pause(self, trial_id: str, step: int, reason: str | None) -> None:
+        """PBT: the member's worker goes to a waiting member; it continues from this step's checkpoint (handed to
+        the writer with this chunk) when its turn comes, in the same, still open, MLflow run."""
+        self._parked[trial_id] = self.live.pop(trial_id)
+        self.state.apply(self.folder.append("trial_paused", trial=trial_id, step=step, reason=reason))
+        self.executor.release(trial_id)
+        if not self._stopping():
+            self.queue.append(trial_id)
 
     def _on_final(self, ev: FinalState) -> None:
         """The state asked for at a stop: keep it as the checkpoint, close the run KILLED, trial pending."""
@@ -507,7 +534,7 @@ class Driver:
 
     def _end_trial(self, trial_id: str, status: str, reason: str | None, failure: bool = False) -> None:
         """Close the trial's run, journal its final status, free its worker; a failure counts."""
-        live = self.live.pop(trial_id, None) or self._abandon_opening(trial_id)
+        live = self.live.pop(trial_id, None) or self._abandon_opening(trial_id) or self._parked.pop(trial_id, None)
         ts = self.state.trials[trial_id]
         if live is not None:
             live.tracker.set_tags({"status_reason": reason or "", "sweep_status": status})
@@ -567,9 +594,10 @@ class Driver:
         for trial_id in list(self._opening):  # runs still opening: closed once open
             self.live[trial_id] = self._abandon_opening(trial_id)
         self._opener.shutdown()
-        for live in self.live.values():  # an unexpected error: close what is open
+        for live in [*self.live.values(), *self._parked.values()]:  # paused members; on an error, what is open
             self._close_run(live, "KILLED")
         self.live.clear()
+        self._parked.clear()
         for thread in self._closing.values():
             thread.join()
         self.executor.shutdown()

@@ -46,6 +46,7 @@ EVENT_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "milestone": {"trial": str, "step": int, "value": _NUMBER}, "trial_run": {"trial": str, "run_id": str},
     "trial_started": {"trial": str, "step": int}, "progress": {"trial": str, "step": int},
     "checkpoint": {"trial": str, "step": int}, "trial_lost": {"trial": str},
+    "trial_paused": {"trial": str, "step": int},
     "trial_ended": {"trial": str, "status": str},
 }
 
@@ -165,6 +166,8 @@ class SweepState:
         elif kind == "trial_lost":
             t.status, t.reason = PENDING, ev.get("reason")
             t.step = t.checkpoint_step
+        elif kind == "trial_paused":  # PBT: gave its worker to a member behind it; goes on from this step
+            t.status, t.reason, t.step = PENDING, ev.get("reason"), int(ev["step"])
         elif kind == "trial_retry":  # sweep resume --retry-failed: a FAILED trial runs again
             t.status, t.reason, t.step = PENDING, None, t.checkpoint_step
         elif kind == "trial_ended":

@@ -12,13 +12,18 @@ ranked among those that reached it before (a metric that improves with training 
 members at different steps), and a donor, having reached the same step, always has a checkpoint at
 least as far on. A member that has ended still ranks, but is not copied.
 
+A population larger than the sweep's concurrency takes turns, interval by interval: a member that
+reaches an interval while another waits at or before that step pauses there (``PAUSE``: its checkpoint
+at the interval kept, its worker given to the member furthest behind). Without turns the first members
+would run to their end before the others start, and the later ones would find only ended donors.
+
 The copy keeps every array of the donor's state as it is but the per-unit learning rates and momenta:
 those the schedule set from the donor's values, so the member's are set again by replaying its own
 schedule (its explored values) up to the donor's step (:func:`continue_schedule`); without that, new
 values would only take effect at the schedule's next event.
 
 Like ASHA the policy is a :class:`~pvm_dist.sweep.scheduler.TrialScheduler` (no Ray, no I/O): it
-answers ``EXPLOIT`` with the donor and the new values. The driver then stages the member's copy of the
+answers ``EXPLOIT`` with the donor and the new values, or ``PAUSE``. The driver then stages the member's copy of the
 donor's checkpoint (:func:`stage_copy`), journals an ``exploit`` event and puts the copy in place
 (:func:`put_copy_in_place`); a driver that died in between is squared by :func:`finish_copies` on
 resume. The policy's state comes back from the journal (the recorded interval values, each member's
@@ -50,17 +55,19 @@ from pvm_dist.sweep.scheduler import CONTINUE, Action, Decision, TrialScheduler
 class PopulationBasedTraining(TrialScheduler):
     """See the module docstring. ``members``: each member's current varied values; ``recorded``: the journal's
     interval values (trial, step, value) in order; ``can_donate``: whether a member may be copied now (it has not
-    ended); ``exploits``: how many exploits the journal holds."""
+    ended); ``waiting``: whether a member waits for a worker at or before a step; ``exploits``: how many exploits
+    the journal holds."""
 
     def __init__(self, sweep: SweepSpec, members: Mapping[str, Mapping[str, Any]],
-                 recorded: Iterable[tuple[str, int, float]], can_donate: Callable[[str], bool], exploits: int = 0) -> None:
+                 recorded: Iterable[tuple[str, int, float]], can_donate: Callable[[str], bool],
+                 waiting: Callable[[int], bool], exploits: int = 0) -> None:
         assert sweep.search is not None and sweep.search.interval_steps is not None
         self.sweep, self.search = sweep, sweep.search
         self.values = {t: dict(v) for t, v in members.items()}
         self.rungs: dict[int, dict[str, float]] = {}  # interval step -> member -> value there
         for trial_id, step, value in recorded:
             self.rungs.setdefault(step, {})[trial_id] = value
-        self.can_donate, self.exploits = can_donate, exploits
+        self.can_donate, self.waiting, self.exploits = can_donate, waiting, exploits
 
     def milestones(self) -> list[int]:
         every = self.search.interval_steps
@@ -76,6 +83,9 @@ class PopulationBasedTraining(TrialScheduler):
         k = max(1, int(self.search.quantile * len(ranked)))
         donors = [t for t in ranked[:k] if t != trial_id and self.can_donate(t)]
         if len(ranked) < 2 or trial_id not in ranked[-k:] or not donors:
+            if self.waiting(step):
+                return Decision(Action.PAUSE, recorded=value,
+                                reason=f"step {step:,}: pauses for a member that waits at or before this step")
             return Decision(Action.CONTINUE, recorded=value)
         rng = np.random.default_rng([self.sweep.seed, self.exploits, step])
         donor = donors[int(rng.integers(len(donors)))]

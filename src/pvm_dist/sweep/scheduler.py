@@ -26,6 +26,7 @@ class Action(enum.Enum):
     CONTINUE = "CONTINUE"
     STOP = "STOP"
     EXPLOIT = "EXPLOIT"  # PBT: continue from a copy of ``donor``'s checkpoint with ``values``
+    PAUSE = "PAUSE"  # PBT: give the worker to a waiting member; continue later from this step's checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Decision:
     """What to do with a trial after a result; ``recorded``: the value kept in a rung (to journal)."""
 
     action: Action
-    reason: str | None = None  # why it stops (or exploits)
+    reason: str | None = None  # why it stops (exploits, pauses)
     recorded: float | None = None
     donor: str | None = None
     values: dict[str, Any] | None = None
