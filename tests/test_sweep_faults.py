@@ -21,8 +21,10 @@ pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 pytestmark = pytest.mark.slow
 
-#: Trials long enough to interrupt mid-way on a 2-core machine (several seconds each).
-LONG = {"steps": 2400, "checkpoint_every": 300, "metrics_every": 100, "n_seq": 8}
+#: Trials long enough to interrupt mid-way on a 2-core machine (several seconds each); no readout, animation or
+#: held-out score, which these faults do not touch (the first test keeps them).
+LONG = {"steps": 1500, "checkpoint_every": 300, "metrics_every": 100, "n_seq": 8, "readout": False,
+        "animation_frames": 0, "heldout_steps": 0}
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +69,13 @@ def straight_run(trial_spec: str, overrides: dict, seed: int, n_seq: int, steps:
 
 def test_sweep_on_gpu_workers_records_parent_and_nested_runs(cluster, tmp_path):
     """Through Ray Client (ray://), as from a laptop outside the cluster."""
-    f = sweep_file(tmp_path, "grid", vary={"initial_learning_rate": [0.002, 0.01], "seed": [1, 2]})
+    f = sweep_file(tmp_path, "grid", vary={"initial_learning_rate": [0.002, 0.01]})
     res = run(tmp_path, "run", str(f), "--address", cluster.client_address, "--json")
     assert res.returncode == 0, res.stderr[-3000:]
     import json
 
     out = json.loads(res.stdout)
-    assert out["status"] == "FINISHED" and len(out["trials"]) == 4
+    assert out["status"] == "FINISHED" and len(out["trials"]) == 2
     assert {t["status"] for t in out["trials"]} == {"FINISHED"}
     values = [t["metric"] for t in out["trials"]]
     assert out["best"]["metric"] == min(values)
@@ -82,7 +84,7 @@ def test_sweep_on_gpu_workers_records_parent_and_nested_runs(cluster, tmp_path):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert parents[0].data.tags["best_trial"] == out["best"]["trial_id"]
     trials = trial_runs(runs)
-    assert sorted(trials) == ["t000", "t001", "t002", "t003"]
+    assert sorted(trials) == ["t000", "t001"]
     for tid, r in trials.items():
         assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
         assert r.info.status == "FINISHED"
@@ -96,7 +98,7 @@ def test_sweep_on_gpu_workers_records_parent_and_nested_runs(cluster, tmp_path):
     # Two workers, one per logical GPU, on the two GPU nodes.
     assert len({(t["node"], t["gpu"]) for t in out["trials"]}) == 2
     status = run(tmp_path, "status", out["sweep_id"], "--json")
-    assert json.loads(status.stdout)["counts"] == {"FINISHED": 4}
+    assert json.loads(status.stdout)["counts"] == {"FINISHED": 2}
     again = run(tmp_path, "resume", out["sweep_id"], "--address", cluster.client_address)
     assert again.returncode == 2 and "no unfinished trials" in again.stderr
 
