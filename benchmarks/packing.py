@@ -11,7 +11,7 @@ Build the native engine with CUDA first (``PVM_DIST_CUDA=ON pip install --no-bui
 GPU host quietly builds the CPU engine, and the rates are the CPU's).
 
     python3 benchmarks/packing.py OUT_DIR [--specs tiny,small] [--ks 1,2,4,8] [--steps tiny=40000,small=20000]
-        [--large STEPS] [--large-every STEPS]
+        [--large STEPS] [--large-every STEPS]       (--specs '' --large STEPS: the LARGE run alone)
 
 ``--large STEPS`` then runs two LARGE trials one after the other (one GPU each), checkpointing every
 ``--large-every`` steps (default STEPS/2), and records the aggregate against the trials' own frames/s, the driver loop's longest
@@ -46,7 +46,7 @@ def main() -> int:
     steps = {k: int(v) for k, v in (item.split("=") for item in args.steps.split(","))}
     work = Path(tempfile.mkdtemp(prefix="pvm-packing-"))
     rows = []
-    for spec in args.specs.split(","):
+    for spec in filter(None, args.specs.split(",")):  # --specs '': the LARGE run alone
         for k in (int(x) for x in args.ks.split(",")):
             sweep = load_sweep({"name": f"pack-{spec}-{k}", "spec": spec, "steps": steps[spec],
                                 "checkpoint_every": steps[spec], "metrics_every": steps[spec] // 10,
@@ -74,9 +74,10 @@ def main() -> int:
         gain = r["aggregate_frames_per_s"] / base[r["spec"]] if base.get(r["spec"]) else float("nan")
         lines.append(f"| {r['spec']} | {r['k']} | {r['aggregate_frames_per_s']:,.0f} | {gain:.2f} | "
                      f"{(r['median_trial_frames_per_s'] or 0):,.0f} |")
-    (args.out_dir / "packing.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
     ok = all(r["status"] == "FINISHED" for r in rows)
+    if rows:
+        (args.out_dir / "packing.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
     if args.large:
         ok = _large(args.large, args.large_every or args.large // 2, work, args.out_dir) and ok
     return 0 if ok else 1
@@ -99,12 +100,22 @@ def _large(steps: int, every: int, work: Path, out_dir: Path) -> bool:
            "longest_block_s": out.longest_block_s, "longest_run_open_s": out.longest_run_open_s,
            "checkpoints_dropped": out.checkpoints_dropped,
            "checkpoint_write_s": [e["seconds"] for e in events if e["event"] == "checkpoint"],
+           "checkpoint_steps": [[e["trial"], e["step"]] for e in events if e["event"] == "checkpoint"],
+           "start_cost_s": [round(e["start_cost_s"], 3) for e in events if e["event"] == "trial_started"],
+           "trial_wall_s": _trial_wall(events),
            "checkpoint_bytes": sorted(p.stat().st_size for p in out.folder.rglob("step_*.pvmckpt"))[-1:],
            "seconds": out.seconds, "steps": steps, "checkpoint_every": every, "devices": _devices(out.folder)}
     print(json.dumps(row), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "large.json").write_text(json.dumps(row, indent=2) + "\n")
     return out.status == "FINISHED"
+
+
+def _trial_wall(events: list[dict]) -> dict[str, float]:
+    """Each trial's time from its start event to its end event (the driver's view)."""
+    started = {e["trial"]: e["time"] for e in events if e["event"] == "trial_started"}
+    return {e["trial"]: round(e["time"] - started[e["trial"]], 2) for e in events
+            if e["event"] == "trial_ended" and e["trial"] in started}
 
 
 def _devices(folder: Path) -> list[str]:

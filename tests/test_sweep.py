@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import cli_command
 from sweep_helpers import environment, events, mlflow_runs, of, run, sweep_dir, sweep_file, trial_runs
@@ -203,7 +204,7 @@ def test_sweep_from_the_repo_root_trains_on_the_native_engine_like_train(tmp_pat
     args = ["train", "--spec", "tiny", "--steps", "120", "--seed", "0", "--n-seq", "1", "--backend", "native",
             "--data", "synthetic:balls", "--metrics-every", "30", "--picture-every", "60", "--heldout-steps", "20",
             "--readout-lr", "0.5", "-O", "delay_each_layer_learning=10", "-O", "initial_learning_rate=0.05",
-            "--run-dir", str(run_dir), "--experiment", "train", "--mlflow", uri, "--json"]
+            "--checkpoint-every", "60", "--run-dir", str(run_dir), "--experiment", "train", "--mlflow", uri, "--json"]
     out = subprocess.run([*cli_command(), *args], cwd=REPO, capture_output=True, text=True, timeout=300,
                          env=environment(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -221,6 +222,21 @@ def test_sweep_from_the_repo_root_trains_on_the_native_engine_like_train(tmp_pat
     given = [[(d.dataset.name, d.dataset.digest) for d in client.get_run(r.info.run_id).inputs.dataset_inputs]
              for r in (trial, local)]
     assert given[0] == given[1] and given[0][0][0] == "synthetic:balls" and len(given[0]) == 1
+    # The sweep's checkpoint at step 60 was handed over while the worker trained on (asked for later), the one at
+    # 120 with the last chunk; both equal train's own checkpoints there, every array to the bit.
+    from pvm_dist.run import state as run_state
+
+    folder = next((tmp_path / "sweeps").glob("root-*"))
+    steps = [e["step"] for e in events(folder) if e["event"] == "checkpoint" and e["trial"] == "t000"]
+    assert steps == [60, 120]
+    for step in (60, 120):
+        swept = run_state.load(folder / "trials" / "t000" / "checkpoints" / f"step_{step:09d}.pvmckpt")[0]
+        trained = run_state.load(run_dir / "checkpoints" / f"step_{step:09d}.pvmckpt")[0]
+        for part in ("engine", "readout"):
+            got, want = getattr(swept, part), getattr(trained, part)
+            assert got.keys() == want.keys() and want
+            for key, value in want.items():
+                assert np.asarray(got[key]).tobytes() == np.asarray(value).tobytes(), (step, part, key)
 
 
 @pytest.mark.skipif(native_module() is None or bool(build_info().get("devices")),

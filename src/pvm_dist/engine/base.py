@@ -45,6 +45,8 @@ class Engine(Protocol):
 
     def state(self) -> dict[str, Any]: ...
 
+    def state_later(self) -> Callable[[], dict[str, Any]]: ...
+
     def load_state(self, state: dict[str, Any]) -> None: ...
 
     def freeze(self) -> None: ...
@@ -109,6 +111,12 @@ class EngineBase:
     @property
     def step_index(self) -> int:  # pragma: no cover
         raise NotImplementedError
+
+    def state_later(self) -> Callable[[], dict[str, Any]]:
+        """The state as of now, as a function that hands its host copy over later (from another thread, while
+        training goes on). Here the copy is made now; a GPU engine copies on the device first (see NativeEngine)."""
+        state = self.state()
+        return lambda: state
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shapes of the state arrays every backend reads and writes (the layout of architecture.md §2)."""

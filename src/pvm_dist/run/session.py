@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -236,6 +237,12 @@ class Session:
 
     def state(self) -> RunState:
         """Host copies of everything the run continues from."""
+        return self.state_later()()
+
+    def state_later(self) -> Callable[[], RunState]:
+        """Everything the run continues from as of now, as a function that makes the engine's host copy later
+        (on another thread, while the session trains on: :meth:`EngineBase.state_later`); the readout and the
+        metrics interval are copied now."""
         readout = self.readout.state() if self.readout is not None else {}
         interval: dict[str, Any] = {}
         background = self.background.state()
@@ -244,4 +251,5 @@ class Session:
             errors, baseline, steps = self._sums
             interval = {"errors": errors.copy(), "baseline": baseline.copy(), "steps": steps,
                         **{f"background_{k}": v for k, v in background.items()}}
-        return RunState(self.engine.state(), readout, self.config, interval)
+        engine, config = self.engine.state_later(), self.config
+        return lambda: RunState(engine(), readout, config, interval)

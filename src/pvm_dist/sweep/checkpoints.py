@@ -1,7 +1,9 @@
 """A sweep's checkpoints on disk, written off the driver's scheduling loop, one copy each.
 
-The loop hands a trial's state over (:meth:`CheckpointStore.submit`) and goes on scheduling; a writer
-thread serialises, hashes and fsyncs it (``io.checkpoint.save``: seconds for LARGE). A state still
+The loop hands a trial's state over (:meth:`CheckpointStore.submit`), or a function that fetches it (a state
+a worker handed over while training on: the bytes then reach this process on the writer thread, not on
+the loop), and goes on scheduling; a writer thread serialises, hashes and fsyncs it
+(``io.checkpoint.save``: seconds for LARGE). A state still
 waiting when a newer one of the same trial arrives is superseded and dropped, so a slow disk costs
 checkpoints, never the loop. Written checkpoints come back to the loop (:meth:`take_written`), which
 journals them: the journal names only files that are complete on disk.
@@ -46,7 +48,7 @@ class Written:
 class _Job:
     trial_id: str
     step: int
-    state: RunState
+    state: RunState | Callable[[], RunState]  # or what fetches it
     extra: dict[str, Any]
     metric: float | None
 
@@ -68,7 +70,8 @@ class CheckpointStore:
         self._thread.start()
 
     # ---- the loop's side --------------------------------------------------------------------------
-    def submit(self, trial_id: str, step: int, state: RunState, extra: Mapping[str, Any], metric: float | None) -> None:
+    def submit(self, trial_id: str, step: int, state: RunState | Callable[[], RunState], extra: Mapping[str, Any],
+               metric: float | None) -> None:
         """Queue the trial's state at ``step`` (returns at once; an older state of the trial still queued is dropped)."""
         with self._cond:
             if trial_id in self._pending:
@@ -121,8 +124,13 @@ class CheckpointStore:
         folder = self._dir(job.trial_id)
         path = folder / "checkpoints" / f"step_{job.step:09d}{CHECKPOINT_SUFFIX}"
         try:
+            state = job.state() if callable(job.state) else job.state
+        except Exception as exc:  # noqa: BLE001 - a state lost on its way (its worker died): the loop reports it
+            return Written(job.trial_id, job.step, path, time.perf_counter() - t0, False, job.metric,
+                           f"not received: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}")
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            run_state.save(path, job.state, job.extra)
+            run_state.save(path, state, job.extra)
             _link(path, folder / LATEST)
             best = self._is_best(job)
             if best:

@@ -419,8 +419,14 @@ class Driver:
         self.state.apply(record)
         if ev.metrics and not redone:  # redone steps were sent again (as first logged) when the trial restarted
             live.tracker.log_metrics(ev.metrics, step=step, timestamp=int(record["time"] * 1000))
+        if ev.earlier is not None:  # a checkpoint the worker handed over while it trained on
+            at, fetch = ev.earlier
+            logged = self.state.trials[trial_id].logged.get(at)
+            self._save_checkpoint(live, at, fetch, logged[1].get(self.sweep.metric) if logged else None)
         if ev.state is not None:
-            self._save_checkpoint(live, step, ev.state, ev.picture, ev.metrics.get(self.sweep.metric))
+            self._save_checkpoint(live, step, ev.state, ev.metrics.get(self.sweep.metric))
+        if ev.picture:
+            self._keep_picture(live, step, ev.picture)
         if ev.heldout:
             live.tracker.log_metrics(ev.heldout, step=step)
         if ev.gif:
@@ -480,25 +486,32 @@ class Driver:
         """The state asked for at a stop: keep it as the checkpoint, close the run KILLED, trial pending."""
         live = self.live.pop(ev.trial_id)
         if ev.step > self.state.trials[ev.trial_id].checkpoint_step:
-            self._save_checkpoint(live, ev.step, ev.state, None)
+            self._save_checkpoint(live, ev.step, ev.state)
         self._close_run(live, "KILLED")
         self.state.apply(self.folder.append("trial_lost", trial=ev.trial_id, reason="sweep stopped"))
         self.executor.release(ev.trial_id)
 
-    def _save_checkpoint(self, live: _Live, step: int, state: dict[str, Any], picture: bytes | None,
+    def _save_checkpoint(self, live: _Live, step: int, state: dict[str, Any] | Callable[[], dict[str, Any]],
                          metric: float | None = None) -> None:
         """Hand the trial's checkpoint (with its run configuration and MLflow run) to the writer thread, which
-        journals nothing: :meth:`_journal_checkpoints` does once it is on disk. Keep and log the picture."""
+        journals nothing: :meth:`_journal_checkpoints` does once it is on disk. ``state`` may be a function that
+        fetches it (a state handed over later): the writer calls it, so its bytes never cross the loop."""
         trial = live.trial
         ts = self.state.trials[trial.trial_id]
         config = live.config.replace(track=True, mlflow_uri=self.mlflow_uri, experiment=self.experiment, run_id=ts.run_id)
-        kept = RunState(state["engine"], state["readout"], config, state.get("metrics") or {})
+
+        def kept(d: dict[str, Any]) -> RunState:
+            return RunState(d["engine"], d["readout"], config, d.get("metrics") or {})
+
         extra = {"sweep_id": self.folder.sweep_id, "trial_id": trial.trial_id}
-        self.checkpoints.submit(trial.trial_id, step, kept, extra, metric)
-        if picture:
-            self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
-            log_image_series(live.tracker, self.folder.trial_dir(live.trial.trial_id) / "pictures" / f"step_{step:09d}.png",
-                             step, self.folder.trial_dir(live.trial.trial_id) / "tracking-images")
+        self.checkpoints.submit(trial.trial_id, step, (lambda: kept(state())) if callable(state) else kept(state),
+                                extra, metric)
+
+    def _keep_picture(self, live: _Live, step: int, picture: bytes) -> None:
+        """The picture of a checkpoint step: kept in the trial's folder, logged to its run as an image series."""
+        self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
+        log_image_series(live.tracker, self.folder.trial_dir(live.trial.trial_id) / "pictures" / f"step_{step:09d}.png",
+                         step, self.folder.trial_dir(live.trial.trial_id) / "tracking-images")
 
     def _close_run(self, live: _Live, status: str, publish: bool = False) -> None:
         """End the trial's MLflow run on a thread: delivering its last metrics to a slow server takes seconds

@@ -12,16 +12,20 @@ driver's call.
 
 A worker's calls run in submission order, so the executor waits only on the oldest call of each
 worker. When a trial ends, results of the chunks still queued for it are dropped (an epoch per worker).
+A checkpoint that the trial needs at no decision (not its last step, not a scheduler milestone) is asked
+for ``later``: the worker hands it over with the next chunk's result while it trains on, and the event
+carries a function that fetches it (for the driver's checkpoint writer to call, off the loop).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import socket
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from pvm_dist.sweep.plan import SweepSpec, Trial
@@ -86,6 +90,7 @@ class ChunkDone:
     picture: bytes | None
     gif: bytes | None = None
     heldout: dict[str, float] = dataclasses.field(default_factory=dict)
+    earlier: tuple[int, Callable[[], dict[str, Any]]] | None = None  # a state asked for later: (its step, fetch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,7 +254,8 @@ class Executor:
                and w.submitted_to < chunks.steps):
             end = chunks.end_after(w.submitted_to)
             keep = chunks.keeps_state(end)
-            self._advance(w, "chunk", end - w.submitted_to, keep, keep)
+            later = keep and end < chunks.steps and end not in chunks.milestones
+            self._advance(w, "chunk", end - w.submitted_to, keep, keep, later)
             w.submitted_to = end
 
     def request_state(self, trial_id: str) -> None:
@@ -266,8 +272,9 @@ class Executor:
     def _running(self, trial_id: str) -> _Worker:
         return next(w for w in self.workers if w.trial == trial_id and not w.dead)
 
-    def _advance(self, w: _Worker, kind: str, n_steps: int, want_state: bool, want_picture: bool) -> None:
-        ref = w.handle.advance.remote(n_steps, want_state, want_picture)
+    def _advance(self, w: _Worker, kind: str, n_steps: int, want_state: bool, want_picture: bool,
+                 later: bool = False) -> None:
+        ref = w.handle.advance.remote(n_steps, want_state, want_picture, later)
         w.calls.append(_Call(ref, kind, w.epoch, n_steps))
 
     # ---- results ----------------------------------------------------------------------------------
@@ -324,8 +331,10 @@ class Executor:
             return TrialStarted(w.trial, w.info, step, result["backend"], result["device"], result["start_cost_s"],
                                 result["warm"], time.perf_counter() - call.submitted)
         if call.kind == "chunk":
+            earlier = result.get("earlier_state")
             return ChunkDone(w.trial, call.n_steps, step, result["metrics"], result.get("state"), result.get("picture"),
-                             result.get("gif") or None, result.get("heldout") or {})
+                             result.get("gif") or None, result.get("heldout") or {},
+                             None if earlier is None else (int(earlier["step"]), functools.partial(ray.get, earlier["ref"])))
         return FinalState(w.trial, step, result["state"])
 
     def _lost(self, w: _Worker, exc: Exception) -> WorkerLost:
