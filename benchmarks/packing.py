@@ -88,7 +88,7 @@ def _large(steps: int, every: int, work: Path, out_dir: Path) -> bool:
     from pvm_dist.sweep.plan import load_sweep
 
     sweep = load_sweep({"name": "large-ckpt", "spec": "LARGE", "steps": steps, "checkpoint_every": every,
-                        "metrics_every": steps // 10, "data": "synthetic:balls", "backend": "native",
+                        "metrics_every": min(steps // 10, every), "data": "synthetic:balls", "backend": "native",
                         "vary": {"seed": [1, 2]}, "heldout_steps": 0, "animation_frames": 0, "readout": False,
                         "max_concurrent": 1,
                         "resources": {"gpus_per_actor": 1}})
@@ -97,7 +97,8 @@ def _large(steps: int, every: int, work: Path, out_dir: Path) -> bool:
     per_trial = [t["frames_per_s"] for t in out.trials if t["frames_per_s"]]
     row = {"status": out.status, "aggregate_frames_per_s": out.frames_per_s,
            "median_trial_frames_per_s": statistics.median(per_trial) if per_trial else None,
-           "longest_block_s": out.longest_block_s, "longest_run_open_s": out.longest_run_open_s,
+           "longest_block_s": out.longest_block_s, "longest_block_parts": out.longest_block_parts,
+           "longest_run_open_s": out.longest_run_open_s,
            "checkpoints_dropped": out.checkpoints_dropped,
            "checkpoint_write_s": [e["seconds"] for e in events if e["event"] == "checkpoint"],
            "checkpoint_steps": [[e["trial"], e["step"]] for e in events if e["event"] == "checkpoint"],

@@ -237,12 +237,17 @@ class Session:
 
     def state(self) -> RunState:
         """Host copies of everything the run continues from."""
-        return self.state_later()()
+        return RunState(self.engine.state(), *self._host_parts())
 
     def state_later(self) -> Callable[[], RunState]:
         """Everything the run continues from as of now, as a function that makes the engine's host copy later
-        (on another thread, while the session trains on: :meth:`EngineBase.state_later`); the readout and the
-        metrics interval are copied now."""
+        (on another thread, while the session trains on; valid until the next call: :meth:`EngineBase.state_later`);
+        the readout and the metrics interval are copied now."""
+        engine, parts = self.engine.state_later(), self._host_parts()
+        return lambda: RunState(engine(), *parts)
+
+    def _host_parts(self) -> tuple[dict[str, Any], RunConfig, dict[str, Any]]:
+        """The readout's state, the run configuration and the metrics interval under way (copies)."""
         readout = self.readout.state() if self.readout is not None else {}
         interval: dict[str, Any] = {}
         background = self.background.state()
@@ -251,5 +256,4 @@ class Session:
             errors, baseline, steps = self._sums
             interval = {"errors": errors.copy(), "baseline": baseline.copy(), "steps": steps,
                         **{f"background_{k}": v for k, v in background.items()}}
-        engine, config = self.engine.state_later(), self.config
-        return lambda: RunState(engine(), readout, config, interval)
+        return readout, self.config, interval

@@ -185,6 +185,7 @@ class SweepFolder:
         self.root, self.sweep_id = Path(root), sweep_id
         self.path = self.root / sweep_id
         self.journal_file = self.path / "journal.jsonl"
+        self.fsync_s = 0.0  # seconds spent in the journal's fsyncs (the loop's share of a busy disk)
         self.sweep_file = self.path / "sweep.json"
 
     @classmethod
@@ -234,7 +235,9 @@ class SweepFolder:
             f.write(line)
             f.flush()
             if durable:
+                t0 = time.perf_counter()
                 os.fsync(f.fileno())
+                self.fsync_s += time.perf_counter() - t0
         return record
 
     def events(self) -> list[dict[str, Any]]:
