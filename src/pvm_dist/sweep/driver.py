@@ -175,6 +175,7 @@ class Driver:
         self.checkpoints = CheckpointStore(folder.trial_dir, sweep.run.keep_checkpoints, sweep.better, best)
         self._closing: dict[str, threading.Thread] = {}  # trial -> its run being closed
         self._parked: dict[str, _Live] = {}  # PBT members waiting for a worker, their runs open
+        self._pictures: dict[str, list[futures.Future[None]]] = {}  # trial -> its pictures being logged
         # Trials' MLflow runs open on a thread (store round trips, a data digest), one at a time as the store
         # creates them: trial -> (its opening, its start event, its config).
         self._opener = run_opener()
@@ -277,6 +278,7 @@ class Driver:
             self._notice(f"no GPU in the cluster: trials run on up to {d.limit} CPU worker(s) of {d.cpus:g} CPU; on an "
                          f"autoscaling cluster whose GPU nodes start at 0, set resources.gpus_per_actor (or "
                          f"trials_per_gpu) so the sweep asks for them")
+        self._size_pool()  # the first workers (Ray exports the worker class with the first: ~0.2 s) before the loop
 
     def _size_pool(self) -> None:
         """Keep one worker per trial that could run (pending actors ask the autoscaler for nodes); release
@@ -515,18 +517,23 @@ class Driver:
                                 extra, metric)
 
     def _keep_picture(self, live: _Live, step: int, picture: bytes) -> None:
-        """The picture of a checkpoint step: kept in the trial's folder, logged to its run as an image series."""
+        """The picture of a checkpoint step: kept in the trial's folder, logged to its run as an image series (its
+        files made on the runs' thread: tens of milliseconds that the loop does not wait for)."""
         self._keep_artifact(live, f"step_{step:09d}.png", picture, "pictures")
-        log_image_series(live.tracker, self.folder.trial_dir(live.trial.trial_id) / "pictures" / f"step_{step:09d}.png",
-                         step, self.folder.trial_dir(live.trial.trial_id) / "tracking-images")
+        trial_id, folder = live.trial.trial_id, self.folder.trial_dir(live.trial.trial_id)
+        logging = self._opener.submit(log_image_series, live.tracker, folder / "pictures" / f"step_{step:09d}.png", step,
+                                      folder / "tracking-images")
+        self._pictures[trial_id] = [f for f in self._pictures.get(trial_id, []) if not f.done()] + [logging]
 
     def _close_run(self, live: _Live, status: str, publish: bool = False) -> None:
         """End the trial's MLflow run on a thread: delivering its last metrics to a slow server takes seconds
         that the scheduling loop must not wait for (joined when the sweep ends). ``publish``: first put the
         trial's final checkpoint among the run's artifacts, once (a hard link where the store is local)."""
         trial_id, tracker = live.trial.trial_id, live.tracker
+        pictures = self._pictures.pop(trial_id, [])
 
         def close() -> None:
+            futures.wait(pictures)  # its last pictures are logged before the run ends
             if publish and self.checkpoints.wait(trial_id) and self.folder.checkpoint_file(trial_id).exists():
                 keep_once(tracker, self.folder.checkpoint_file(trial_id), "checkpoints")
             tracker.close(status)
