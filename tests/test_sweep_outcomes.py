@@ -251,3 +251,39 @@ def test_a_run_config_names_the_readout_cost_only_while_the_readout_trains():
     assert "from step 500" in RunConfig(spec=tiny, steps=1000, readout_from=500).readout_note()
     assert RunConfig(spec=tiny, steps=1000, readout_from=1000).readout_note() is None
     assert RunConfig(spec=tiny, steps=1000, readout=False).readout_note() is None
+
+
+def test_a_state_handed_over_later_is_fetched_by_the_writer_and_a_lost_one_is_reported(tmp_path):
+    """The checkpoint writer calls what fetches a deferred state (on its thread, not the loop's); a state lost on
+    its way (its worker died before the fetch) is a failed checkpoint with its reason, and the trial's earlier
+    checkpoint stays what a resume reads."""
+    import threading
+
+    import numpy as np
+
+    from pvm_dist.model.spec import load_spec
+    from pvm_dist.run import state as run_state
+    from pvm_dist.run.config import RunConfig
+    from pvm_dist.run.state import RunState
+    from pvm_dist.sweep.checkpoints import LATEST, CheckpointStore
+
+    config = RunConfig(spec=load_spec("tiny"))
+    fetched_on: list[str] = []
+
+    def state(step: int) -> RunState:
+        fetched_on.append(threading.current_thread().name)
+        return RunState({"step": step, "weights": np.full(4, step, np.float32)}, {}, config)
+
+    def lost() -> RunState:
+        raise ConnectionError("owner of the object died\nmore lines")
+
+    store = CheckpointStore(lambda t: tmp_path / t, keep_last=2, better=lambda a, b: a < b)
+    store.submit("t000", 100, lambda: state(100), {}, 1.0)
+    store.wait("t000")
+    store.submit("t000", 200, lost, {}, 0.5)
+    store.close()
+    first, second = store.take_written()
+    assert (first.step, first.error) == (100, None) and fetched_on == ["pvm-checkpoints"]
+    assert second.step == 200 and second.error == "not received: ConnectionError: owner of the object died"
+    kept, _ = run_state.load(tmp_path / "t000" / LATEST)
+    assert kept.step == 100 and kept.engine["weights"].tolist() == [100.0] * 4
