@@ -184,8 +184,19 @@ def test_native_cuda_is_bit_identical(n_seq):
 
 @pytest.mark.gpu
 def test_cuda_out_of_memory_says_how_much():
-    with pytest.raises(RuntimeError, match=r"needs about .* GiB on cuda:0.*free"):
+    from pvm_dist.model.budget import MemoryBudgetError
+    from pvm_dist.model.spec import DERIVATIVE_MODES
+    from pvm_dist.model.topology import build_topology
+
+    # Decided before allocating, from the device's memory ...
+    with pytest.raises(MemoryBudgetError, match=r"LARGE at n_seq 100,000 needs .*; device cuda has"):
         build_engine("LARGE", backend="native", n_seq=100_000, device="cuda")
+    # ... and by the native engine itself, for what gets past that (memory other processes hold).
+    spec = load_spec("LARGE")
+    with pytest.raises(RuntimeError, match=r"needs about .* GiB on cuda:0.*free"):
+        native_module().Engine(build_topology(spec).native_arrays(), polynomial=bool(spec["polynomial"]),
+                               derivative=DERIVATIVE_MODES.index(spec["derivative"]),
+                               opt_abs_diff=bool(spec["opt_abs_diff"]), n_seq=100_000, device="cuda")
 
 
 # ---- a dataset held by the engine, and device views ----------------------------------------------

@@ -27,9 +27,10 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 constexpr int64_t kFusedSeqs = 16;
 // From kMmaMinSeqs to kMmaMaxSeqs sequences the W0 and W1 passes run on tensor cores (weight_pass_mma,
 // one read of W and V per step for all sequences); the hidden deltas stay as above (fused kernel up
-// to kFusedSeqs, tiled product beyond). Workbench, H200, small's W0 pass before the coalesced write-back:
-// the FMA pass wins at 8 sequences (123 against 185 us), ties at 16 (193, 190), and has no bucket above.
-constexpr int64_t kMmaMinSeqs = 9, kMmaMaxSeqs = 64;
+// to kFusedSeqs, tiled product beyond). Engine, H200, small, frames on the device: with the coalesced
+// write-back the mma passes win from 5 sequences (23.2k, 26.7k, 30.6k, 34.2k frames/s at 5-8 against
+// 22.3k, 25.3k, 28.7k, 31.5k with the FMA passes) and tie at 4 (23.9k both).
+constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
 // Calls f(std::integral_constant<int, NS>) for the compile-time sequence bucket NS >= n (n <= kFusedSeqs).
