@@ -113,8 +113,9 @@ def test_native_rejects_bad_devices():
 # The oracle is the reference engine where numpy is quick enough (tiny; small and med at n_seq = 1)
 # and otherwise the native CPU engine, which the CPU tests above hold to 1e-5 of the reference.
 # Every compile-time sequence bucket of the fused row passes (2, 4, 8, 16, 32; 3 and 17 fill a bucket
-# partly) and the tiled products above them, on tiny and small; med at 1, 4 and 64.
-GPU_SEQS = {"tiny": (1, 2, 3, 4, 8, 16, 17, 32, 64), "small": (1, 2, 3, 4, 8, 16, 17, 32, 64), "med": (1, 4, 64)}
+# partly) and the tensor-core products above them (256), on tiny and small; med at 1, 4 and 64.
+GPU_SEQS = {"tiny": (1, 2, 3, 4, 8, 16, 17, 32, 64, 256), "small": (1, 2, 3, 4, 8, 16, 17, 32, 64, 256),
+            "med": (1, 4, 64)}
 GPU_CASES = [(name, n, d) for name, seqs in GPU_SEQS.items() for n in seqs for d in ("original", "exact")]
 
 

@@ -1,12 +1,12 @@
 """A few steps of the CUDA engine in every fused-pass bucket and in feed-context mode, for
-compute-sanitizer (the shared-memory staging of weight_pass_multi and weight_pass_mma, the hidden
+compute-sanitizer (the shared-memory staging of weight_pass_multi, weight_pass_mma and mma_product, the hidden
 deltas' partial sums):
     compute-sanitizer --tool racecheck python3 -P dev/cuda/racecheck.py"""
 import numpy as np
 
 from pvm_dist import build_engine, load_spec
 
-for n_seq, feed in ((2, False), (3, False), (8, False), (13, False), (16, False), (33, False), (64, False),
+for n_seq, feed in ((2, False), (3, False), (8, False), (13, False), (16, False), (17, False), (33, False), (64, False), (100, False),
                    (3, True), (9, True)):
     spec = load_spec("tiny").with_overrides({"delay_each_layer_learning": 1, "feed_context_in_complex_layer": "1" if feed else "0"})
     eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")

@@ -10,8 +10,9 @@
 #include "pvm/cuda_check.h"
 #include "pvm/cuda_graph.h"
 #include "mma_pass.cuh"
+#include "mma_products.cuh"
 #include "step_kernels.cuh"
-#include "tiled_products.cuh"
+#include "unit_products.cuh"
 
 namespace pvm {
 
@@ -22,12 +23,13 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 }
 
 // Up to this many sequences, one fused pass per weight row serves them all (weight_pass_multi);
-// above, the tiled products. Measured on an H200 (small.json, benchmarks/NOTES.md): fused 40.6k
-// frames/s at n_seq 16 against 25.8k tiled; at 32 the tiled products win (46.6k against 38.7k).
+// above, the per-unit products (unit_products.cuh, on tensor cores). Measured on an H200 (small.json,
+// benchmarks/NOTES.md): fused 40.6k frames/s at n_seq 16 against 25.8k for the FMA tiles then used;
+// at 32 the tiles won (46.6k against 38.7k).
 constexpr int64_t kFusedSeqs = 16;
 // From kMmaMinSeqs to kMmaMaxSeqs sequences the W0 and W1 passes run on tensor cores (weight_pass_mma,
 // one read of W and V per step for all sequences); the hidden deltas stay as above (fused kernel up
-// to kFusedSeqs, tiled product beyond). Engine, H200, small, frames on the device: with the coalesced
+// to kFusedSeqs, a product beyond). Engine, H200, small, frames on the device: with the coalesced
 // write-back the mma passes win from 5 sequences (23.2k, 26.7k, 30.6k, 34.2k frames/s at 5-8 against
 // 22.3k, 25.3k, 28.7k, 31.5k with the FMA passes) and tie at 4 (23.9k both).
 constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64;
@@ -101,20 +103,27 @@ void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::S
     PVM_CUDA_CHECK_LAUNCH();
 }
 
-// The tiles of one many-sequence product (tiled_products.cuh): for every unit, its M x N output in
-// tiles of kTileRows x cols, as (unit, first m, first n), the tiles of the longest sums (K) first so
+// The tiles of one many-sequence product (unit_products.cuh): for every unit, its M x N output in tiles
+// of kMmaProductRows x cols, as (unit, first m, first n), the tiles of the longest sums (K) first so
 // that the last wave is of short ones.
 template <class Extent>
 std::vector<int32_t> product_tiles(int64_t n_units, int cols, Extent m, Extent n, Extent k) {
     std::vector<std::array<int64_t, 4>> tiles;  // (K, unit, m0, n0)
     for (int64_t u = 0; u < n_units; ++u)
-        for (int64_t m0 = 0; m0 < m(u); m0 += kernels::kTileRows)
+        for (int64_t m0 = 0; m0 < m(u); m0 += kernels::kMmaProductRows)
             for (int64_t n0 = 0; n0 < n(u); n0 += cols) tiles.push_back({k(u), u, m0, n0});
     std::stable_sort(tiles.begin(), tiles.end(), [](const auto& x, const auto& y) { return x[0] > y[0]; });
     std::vector<int32_t> out;
     for (const auto& t : tiles)
         out.insert(out.end(), {static_cast<int32_t>(t[1]), static_cast<int32_t>(t[2]), static_cast<int32_t>(t[3])});
     return out;
+}
+
+// Lets the tensor-core kernel of product P have its dynamic shared memory (over the 48 KB default).
+template <class P>
+void allow_mma_product_shared() {
+    PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::mma_product<P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kernels::mma_product_shared_bytes<typename P::MmaTiles>())));
 }
 
 // First unit id of every layer, plus n_units (units are numbered layer by layer).
@@ -185,12 +194,18 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
                                          inputs = [&](int64_t u) { return t.inputs(u); },
                                          outputs = [&](int64_t u) { return t.outputs(u); },
                                          hidden_len = [&](int64_t u) { return t.hidden_len(u); };
-        hidden_deltas_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::HiddenDeltas::Tiles::kCols, hidden, seqs, outputs));
+        hidden_deltas_ = DeviceBuffer<int32_t>(
+            product_tiles(t.n_units, kernels::HiddenDeltas::MmaTiles::kCols, hidden, seqs, outputs));
+        allow_mma_product_shared<kernels::HiddenDeltas>();
         if (!mma) {
-            w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::Tiles::kCols, hidden, seqs, inputs));
-            w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::Tiles::kCols, outputs, seqs, hidden_len));
-            w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::Tiles::kCols, hidden, inputs, seqs));
-            w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::Tiles::kCols, outputs, hidden_len, seqs));
+            w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::MmaTiles::kCols, hidden, seqs, inputs));
+            w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::MmaTiles::kCols, outputs, seqs, hidden_len));
+            w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::MmaTiles::kCols, hidden, inputs, seqs));
+            w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::MmaTiles::kCols, outputs, hidden_len, seqs));
+            allow_mma_product_shared<kernels::W0Forward>();
+            allow_mma_product_shared<kernels::W1Forward>();
+            allow_mma_product_shared<kernels::W0Update>();
+            allow_mma_product_shared<kernels::W1Update>();
         }
     }
 
@@ -266,14 +281,14 @@ namespace {
 
 template <class Product>
 void launch_product(const kernels::StepArgs& a, const DeviceBuffer<int32_t>& tiles, cudaStream_t stream) {
-    kernels::tiled_product<Product><<<static_cast<unsigned>(tiles.size() / 3), kernels::kTileThreads, 0, stream>>>(
-        a, tiles.data());
+    kernels::mma_product<Product><<<static_cast<unsigned>(tiles.size() / 3), kernels::kMmaProductThreads,
+                                    kernels::mma_product_shared_bytes<typename Product::MmaTiles>(), stream>>>(a, tiles.data());
     PVM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-// Many sequences: the per-unit products as tiled matrix products (tiled_products.cuh). The forward
+// Many sequences: the per-unit products as matrix products on tensor cores (unit_products.cuh). The forward
 // products and the hidden deltas read the old weights, so the updates come last.
 template <class Mark>
 void CudaEngine::enqueue_products(const kernels::StepArgs& a, Mark& mark) {

@@ -1,6 +1,6 @@
 // The native engine on one CUDA GPU. One step is a handful of kernels (up to 4 sequences: assemble
 // inputs, output deltas, hidden deltas, metrics, the fused W0 pass, the fused W1 pass, advance the
-// step counter; more sequences: tiled matrix products in place of the passes), captured
+// step counter; more sequences: matrix products on tensor cores in place of the passes), captured
 // once as a CUDA graph and replayed. The step counter and the per-unit rates live in device memory
 // and are read by the kernels, so replaying the graph never freezes them.
 #pragma once
@@ -69,7 +69,7 @@ private:
     DeviceBuffer<int8_t> x_kind_;
     DeviceBuffer<int32_t> y_unit_;
     DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
-    // Tiles of the many-sequence products (tiled_products.cuh): (unit, first m, first n), longest sums first.
+    // Tiles of the many-sequence products (unit_products.cuh): (unit, first m, first n), longest sums first.
     DeviceBuffer<int32_t> w0_forward_, w1_forward_, hidden_deltas_, w0_update_, w1_update_;
     // Blocks of the fused row passes for 2..64 sequences (weight_pass_multi below kMmaMinSeqs, then
     // weight_pass_mma): (unit, first row, end row).

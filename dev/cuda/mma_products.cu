@@ -1,0 +1,279 @@
+// Workbench: the five per-unit products of a many-sequence step (W0 forward, W1 forward, hidden deltas,
+// W0 update, W1 update) on tensor cores (native/src/mma_products.cuh, 3xTF32) against a CPU reference
+// in double (every 8th unit), on one step of a small.json-like stack: 265 units of 49 hidden rows,
+// 700..1499 inputs and 150..409 outputs per unit. Each product is checked and timed under several tile
+// shapes, with its least traffic (operands once, W and V read and written for an update) against the
+// copy rate.
+//   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o mma_products mma_products.cu
+//   ./mma_products [n_seq ...]        (default: 64 256)
+#include "common.h"
+#include "../../native/src/mma_products.cuh"
+
+#include <array>
+#include <functional>
+#include <string>
+
+using namespace pvm;
+using namespace pvm::kernels;
+
+namespace {
+
+constexpr int64_t kUnits = 265, kHidden = 49;
+
+struct Layout {
+    std::vector<int64_t> x_off{0}, y_off{0}, h_off{0}, w0_off{0}, w1_off;
+    int64_t x_total = 0, y_total = 0, h_total = 0, n_w0 = 0, n_weights = 0;
+    Layout() {
+        for (int64_t u = 0; u < kUnits; ++u) {
+            x_off.push_back(x_off.back() + 700 + (u * 37) % 800);
+            y_off.push_back(y_off.back() + 150 + (u * 53) % 260);
+            h_off.push_back(h_off.back() + kHidden + 1);
+            w0_off.push_back(w0_off.back() + kHidden * (x_off[u + 1] - x_off[u]));
+        }
+        x_total = x_off.back();
+        y_total = y_off.back();
+        h_total = h_off.back();
+        n_w0 = w0_off.back();
+        int64_t w = n_w0;
+        for (int64_t u = 0; u < kUnits; ++u) {
+            w1_off.push_back(w);
+            w += (y_off[u + 1] - y_off[u]) * (kHidden + 1);
+        }
+        n_weights = w;
+    }
+};
+
+// (unit, first m, first n) tiles as product_tiles in cuda_engine.cu lists them, heaviest first.
+std::vector<int32_t> tiles(int cols, const std::function<std::array<int64_t, 3>(int64_t)>& mnk) {
+    std::vector<std::array<int64_t, 4>> t;
+    for (int64_t u = 0; u < kUnits; ++u) {
+        const auto [M, N, K] = mnk(u);
+        for (int64_t m0 = 0; m0 < M; m0 += kMmaProductRows)
+            for (int64_t n0 = 0; n0 < N; n0 += cols) t.push_back({K, u, m0, n0});
+    }
+    std::stable_sort(t.begin(), t.end(), [](const auto& x, const auto& y) { return x[0] > y[0]; });
+    std::vector<int32_t> out;
+    for (const auto& e : t) out.insert(out.end(), {static_cast<int32_t>(e[1]), static_cast<int32_t>(e[2]), static_cast<int32_t>(e[3])});
+    return out;
+}
+
+// The device state of one step; fresh copies per run so that the updates start from the same W and V.
+struct State {
+    std::vector<float> w, v, x, h, y, d, ldh, lr, mu;
+    State(const Layout& L, int64_t n) {
+        w.resize(L.n_weights);
+        v.resize(L.n_weights);
+        x.resize(kRing * n * L.x_total);
+        h.resize(kRing * n * L.h_total);
+        y.assign(kRing * n * L.y_total, -7.0f);
+        d.resize(n * L.y_total);
+        ldh.resize(n * L.h_total);
+        lr.resize(kUnits);
+        mu.resize(kUnits);
+        fill_uniform(w, -0.1f, 0.1f, 1);
+        fill_uniform(v, -0.01f, 0.01f, 2);
+        fill_uniform(x, 0.1f, 0.9f, 3);
+        fill_uniform(h, 0.1f, 0.9f, 4);
+        fill_uniform(d, -0.05f, 0.05f, 5);
+        fill_uniform(ldh, -0.01f, 0.01f, 6);
+        fill_uniform(mu, 0.05f, 0.15f, 7);
+        for (int64_t u = 0; u < kUnits; ++u) lr[u] = u % 17 == 0 ? 0.0f : 0.002f;  // some units not yet learning
+        for (int64_t u = 0; u < kUnits; u += 17) mu[u] = 0.0f;
+    }
+};
+
+constexpr int64_t kStep = 5;  // ring slots: cur = 2, old = 0
+constexpr int kCur = kStep % kRing, kOld = (kStep - 2) % kRing;
+constexpr int64_t kSampleEvery = 8;  // the CPU reference covers every 8th unit
+
+// Expected values of a product's output entries: (index in the buffer result() returns, value).
+using Expected = std::vector<std::pair<int64_t, double>>;
+
+// h(s)[q, m] = phi(sum_i W0[m, i] x(s)[q, i]) and y(s)[q, j] = phi(sum_k W1[j, k] h(s)[q, k]).
+Expected forward_ref(const Layout& L, const State& S, int64_t n, bool w0) {
+    Expected out;
+    for (int64_t u = 0; u < kUnits; u += kSampleEvery) {
+        const int64_t rows = w0 ? kHidden : L.y_off[u + 1] - L.y_off[u], len = w0 ? L.x_off[u + 1] - L.x_off[u] : kHidden + 1;
+        const float* in = w0 ? &S.x[kCur * n * L.x_total + L.x_off[u]] : &S.h[kCur * n * L.h_total + L.h_off[u]];
+        const int64_t in_stride = w0 ? L.x_total : L.h_total;
+        const float* W = &S.w[w0 ? L.w0_off[u] : L.w1_off[u]];
+        for (int64_t q = 0; q < n; ++q)
+            for (int64_t r = 0; r < rows; ++r) {
+                double sum = 0.0;
+                for (int64_t k = 0; k < len; ++k) sum += static_cast<double>(W[r * len + k]) * in[q * in_stride + k];
+                const int64_t at = w0 ? (kCur * n + q) * L.h_total + L.h_off[u] + r : (kCur * n + q) * L.y_total + L.y_off[u] + r;
+                out.emplace_back(at, activation(static_cast<float>(sum), true));
+            }
+    }
+    return out;
+}
+
+// lr * g(h(s-2)) * eps with eps[q, k] = sum_j delta_out[q, j] W1[j, k].
+Expected hidden_deltas_ref(const Layout& L, const State& S, int64_t n) {
+    Expected out;
+    for (int64_t u = 0; u < kUnits; u += kSampleEvery) {
+        const int64_t outs = L.y_off[u + 1] - L.y_off[u];
+        for (int64_t q = 0; q < n; ++q)
+            for (int64_t k = 0; k < kHidden; ++k) {
+                double eps = 0.0;
+                for (int64_t j = 0; j < outs; ++j)
+                    eps += static_cast<double>(S.d[q * L.y_total + L.y_off[u] + j]) * S.w[L.w1_off[u] + j * (kHidden + 1) + k];
+                const float h_old = S.h[(kOld * n + q) * L.h_total + L.h_off[u] + k];
+                out.emplace_back(q * L.h_total + L.h_off[u] + k,
+                                 static_cast<double>(S.lr[u]) * delta(h_old, static_cast<float>(eps), true, Derivative::Original));
+            }
+    }
+    return out;
+}
+
+// V = mu V + (sum_q A[q, m] B[q, x]) / n, W = W + V (a unit not learning: V = 0, W kept); entries of
+// W at their index, V's after all of W (as result() returns them).
+Expected update_ref(const Layout& L, const State& S, int64_t n, bool w0) {
+    Expected out;
+    for (int64_t u = 0; u < kUnits; u += kSampleEvery) {
+        const int64_t rows = w0 ? kHidden : L.y_off[u + 1] - L.y_off[u], len = w0 ? L.x_off[u + 1] - L.x_off[u] : kHidden + 1;
+        const int64_t base = w0 ? L.w0_off[u] : L.w1_off[u];
+        const bool active = !(S.lr[u] == 0.0f && S.mu[u] == 0.0f);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < len; ++c) {
+                double g = 0.0;
+                for (int64_t q = 0; q < n; ++q) {
+                    const double a = w0 ? S.ldh[q * L.h_total + L.h_off[u] + r]
+                                        : static_cast<double>(S.lr[u] * S.d[q * L.y_total + L.y_off[u] + r]);
+                    const double b = w0 ? S.x[(kOld * n + q) * L.x_total + L.x_off[u] + c] : S.h[(kOld * n + q) * L.h_total + L.h_off[u] + c];
+                    g += a * b;
+                }
+                const int64_t i = base + r * len + c;
+                const double v = active ? static_cast<double>(S.mu[u]) * S.v[i] + g / static_cast<double>(n) : 0.0;
+                out.emplace_back(i, active ? S.w[i] + v : S.w[i]);
+                out.emplace_back(L.n_weights + i, v);
+            }
+    }
+    return out;
+}
+
+StepArgs upload(DeviceScope& dev, const Layout& L, const State& S, int64_t n) {
+    StepArgs a{};
+    a.n_seq = n;
+    a.n_units = kUnits;
+    a.hidden = kHidden;
+    a.x_total = L.x_total;
+    a.y_total = L.y_total;
+    a.h_total = L.h_total;
+    a.polynomial = true;
+    a.derivative = 0;
+    a.x_off = dev.put(L.x_off);
+    a.y_off = dev.put(L.y_off);
+    a.h_off = dev.put(L.h_off);
+    a.w0_off = dev.put(L.w0_off);
+    a.w1_off = dev.put(L.w1_off);
+    a.weights = dev.put(S.w);
+    a.velocity = dev.put(S.v);
+    a.x = dev.put(S.x);
+    a.h = dev.put(S.h);
+    a.y = dev.put(S.y);
+    a.delta_out = dev.put(S.d);
+    a.lr_delta_hidden = dev.put(S.ldh);
+    a.unit_lr = dev.put(S.lr);
+    a.unit_mu = dev.put(S.mu);
+    a.step = dev.put(std::vector<int64_t>{kStep});
+    return a;
+}
+
+// What a product writes, read back: the h, y or lr*delta_h buffer, or W and V.
+std::vector<float> result(const StepArgs& a, const Layout& L, int64_t n, int which) {
+    switch (which) {
+        case 0: return to_host(a.h, kRing * n * L.h_total);
+        case 1: return to_host(a.y, kRing * n * L.y_total);
+        case 2: return to_host(a.lr_delta_hidden, n * L.h_total);
+        default: {
+            auto w = to_host(a.weights, L.n_weights), v = to_host(a.velocity, L.n_weights);
+            w.insert(w.end(), v.begin(), v.end());
+            return w;
+        }
+    }
+}
+
+template <class P, class Shape>
+void launch_mma(const StepArgs& a, const std::vector<int32_t>& t, const int32_t* d) {
+    mma_product<P, Shape><<<static_cast<unsigned>(t.size() / 3), kMmaProductThreads, mma_product_shared_bytes<Shape>()>>>(a, d);
+}
+
+// One product at n sequences under each shape in Shapes: checked against `want`, then timed.
+template <class P, class... Shapes>
+bool bench(const char* name, int which, const Layout& L, const State& S, int64_t n, double bytes, double flops,
+           const Expected& want, std::function<std::array<int64_t, 3>(int64_t)> mnk, double copy_bw) {
+    std::printf("  %s (%.0f MB moved at least, %.1f GFLOP)\n", name, bytes / 1e6, flops / 1e9);
+    bool ok = true;
+    auto one = [&](auto shape) {
+        using Shape = decltype(shape);
+        DeviceScope dev;
+        const StepArgs a = upload(dev, L, S, n);
+        const auto t = tiles(Shape::kCols, mnk);
+        const int32_t* d = dev.put(t);
+        CHECK(cudaFuncSetAttribute(mma_product<P, Shape>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(mma_product_shared_bytes<Shape>())));
+        launch_mma<P, Shape>(a, t, d);
+        CHECK_LAUNCH();
+        CHECK(cudaDeviceSynchronize());
+        const std::vector<float> all = result(a, L, n, which);
+        std::vector<float> got;
+        std::vector<double> expect;
+        for (const auto& [i, v] : want) {
+            got.push_back(all[i]);
+            expect.push_back(v);
+        }
+        const double err = relative_error(got, expect);
+        const double us = time_us([&] { launch_mma<P, Shape>(a, t, d); });  // W, V keep changing: fine for timing
+        char label[64];
+        std::snprintf(label, sizeof label, "64x%d slab %dx%d, %d/SM", Shape::kCols, Shape::kSlab, Shape::kStages,
+                      Shape::kMinBlocks);
+        const bool good = err <= 5e-6;  // 3xTF32: ~22 bits per operand; sums of ~1,000 terms measured at 2.2e-6
+        std::printf("    %-24s %8.1f us  %6.1f TFLOP/s  %5.0f%% of copy  rel err %.1e %s\n", label, us,
+                    flops / us * 1e-6, 100.0 * bytes / (us * 1e-6) / copy_bw, err, good ? "ok" : "FAIL");
+        ok &= good;
+    };
+    (one(Shapes{}), ...);
+    return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::vector<int64_t> seqs = parse_seqs(argc, argv, {64, 256}, 17, 4096);
+    const Layout L;
+    const double copy_bw = copy_bandwidth(size_t{1} << 30);
+    const double w0 = static_cast<double>(L.n_w0), w1 = static_cast<double>(L.n_weights - L.n_w0);
+    std::printf("%ld W0 and %ld W1 weights; copy bandwidth %.2f TB/s\n", static_cast<long>(L.n_w0),
+                static_cast<long>(L.n_weights - L.n_w0), copy_bw / 1e12);
+    auto inputs = [&](int64_t u) { return L.x_off[u + 1] - L.x_off[u]; };
+    auto outputs = [&](int64_t u) { return L.y_off[u + 1] - L.y_off[u]; };
+    bool ok = true;
+    for (int64_t n : seqs) {
+        const double N = static_cast<double>(n);
+        std::printf("n_seq %ld\n", static_cast<long>(n));
+        const State S(L, n);
+        using Wide = MmaShape<128, 16, 4, 2>;
+        using WideDeep = MmaShape<128, 32, 3, 2>;
+        using NarrowDeep = MmaShape<64, 32, 4, 2>;
+        using Narrow = MmaShape<64, 16, 4, 3>;
+        using NarrowShallow = MmaShape<64, 8, 4, 4>;
+        ok &= bench<W0Forward, Wide, WideDeep, NarrowDeep>(
+            "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_total), 2.0 * N * w0, forward_ref(L, S, n, true),
+            [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
+        ok &= bench<W0Update, Wide, WideDeep, NarrowDeep>(
+            "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_total, 2.0 * N * w0, update_ref(L, S, n, true),
+            [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
+        ok &= bench<W1Forward, Narrow, NarrowShallow, NarrowDeep>(
+            "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, forward_ref(L, S, n, false),
+            [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), n, kHidden + 1}; }, copy_bw);
+        ok &= bench<W1Update, Narrow, NarrowShallow, NarrowDeep>(
+            "W1 update", 3, L, S, n, 16.0 * w1 + 4.0 * N * L.y_total, 2.0 * N * w1, update_ref(L, S, n, false),
+            [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), kHidden + 1, n}; }, copy_bw);
+        ok &= bench<HiddenDeltas, Narrow, NarrowShallow, NarrowDeep>(
+            "hidden deltas", 2, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, hidden_deltas_ref(L, S, n),
+            [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, outputs(u)}; }, copy_bw);
+    }
+    std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,171 @@
+// Many sequences on tensor cores: the per-unit products of unit_products.cuh as 3xTF32 mma.sync m16n8k8,
+//   C[m, n] = sum_k A[k, m] B[k, n].
+// A block of 8 warps computes a 64 x kCols tile of one unit's C: 2 row halves x 4 column quarters, each
+// warp 32 x kCols/4 as 2 x kCols/32 fragments of 16 x 8 (a B value split once serves two row fragments).
+// k advances in slabs of kSlab that stream through kStages stages of shared memory (cp.async): kStages - 1
+// slabs are in flight while one is multiplied. A fragment value is split where it is read, hi = tf32(v),
+// lo = tf32(v - hi). Row strides of 8 mod 32 words make the reads conflict-free.
+// Measured on an H200 (benchmarks/NOTES.md): slabs loaded into registers one ahead, as the FMA tiles
+// before this kernel did, kept too few bytes in flight (1 TB/s; no faster than FMAs); cvt.rna.tf32 and
+// per-copy address arithmetic were most of the instructions until tf32() and SlabCopies replaced them.
+//
+// Precision as in mma_pass.cuh: hi*hi + hi*lo + lo*hi in FP32 accumulators (relative error of a sum
+// ~1e-6; FMA chains: ~6e-8), inside the engine's tolerances (pvm-algorithm.md §3.12).
+// Deterministic: each output is one warp's fixed sequence of mma steps over k; no atomics.
+#pragma once
+
+#include <cstdint>
+
+#include "mma_pass.cuh"
+#include "unit_products.cuh"
+
+namespace pvm {
+namespace kernels {
+
+constexpr int kMmaProductThreads = 256;  // 8 warps: 2 row halves x 4 column quarters
+constexpr int kMmaProductRows = 64;      // rows (m) per block tile
+
+// Shared memory of one block of shape S: S::kStages slabs of A ([k][m]) and B ([k][n]).
+template <class S>
+__host__ __device__ constexpr int mma_product_stage_floats() { return S::kSlab * (kMmaProductRows + 8 + S::kCols + 8); }
+template <class S>
+__host__ __device__ constexpr size_t mma_product_shared_bytes() { return sizeof(float) * S::kStages * mma_product_stage_floats<S>(); }
+
+// The cp.async copies of one operand's slabs that this thread issues. Slab entry e = thread + c * 256
+// (copy c): along k, consecutive threads take consecutive k (coalesced rows) and copy c moves to the
+// entry 256 / kSlab further along x (m or n); otherwise consecutive x, and c moves along k. So a
+// thread's copies are one base address plus c * copy_step, moved by slab_step per slab: no index
+// arithmetic per copy (computing every address from (k, x) was a third of mma_product's instructions).
+template <bool kAlongK, int kExtent, int kSlab, int kStride>
+struct SlabCopies {
+    static constexpr int kInner = kAlongK ? kSlab : kExtent, kOuterStep = kMmaProductThreads / kInner;
+    static constexpr int kCopies = kSlab * kExtent / kMmaProductThreads;
+    static_assert(kMmaProductThreads % kInner == 0 && kCopies * kMmaProductThreads == kSlab * kExtent, "whole copies");
+    const float *base, *src;  // the operand's first entry (a safe address), this thread's copy 0 in slab 0
+    int64_t copy_step, slab_step, K, X;
+    int k, x;  // copy 0's place in the slab
+    __device__ SlabCopies(const Operand& op, int64_t x0, int64_t K_extent, int64_t X_extent)
+        : base(op.base), K(K_extent), X(X_extent - x0) {
+        const int inner = static_cast<int>(threadIdx.x) % kInner, outer = static_cast<int>(threadIdx.x) / kInner;
+        k = kAlongK ? inner : outer;
+        x = kAlongK ? outer : inner;
+        src = op.at(k, x0 + x);
+        copy_step = kOuterStep * (kAlongK ? op.sx : op.sk);
+        slab_step = kSlab * op.sk;
+    }
+    // Slab i into dst ([k][x], rows kStride apart); entries past the matrix as zeros.
+    __device__ void copy(float* dst, int64_t i) const {
+        const int64_t k0 = i * kSlab;
+        const float* s = src + i * slab_step;
+#pragma unroll
+        for (int c = 0; c < kCopies; ++c) {
+            const int kc = kAlongK ? k : k + c * kOuterStep, xc = kAlongK ? x + c * kOuterStep : x;
+            const bool ok = k0 + kc < K && xc < X;
+            copy_async4(dst + kc * kStride + xc, ok ? s + c * copy_step : base, ok);
+        }
+    }
+};
+
+// The tiles are listed by the host as (unit, first m, first n), heaviest first (product_tiles).
+// Launched with mma_product_shared_bytes<Shape>() of dynamic shared memory.
+template <class P, class Shape = typename P::MmaTiles>
+__global__ void __launch_bounds__(kMmaProductThreads, Shape::kMinBlocks)
+    mma_product(StepArgs args, const int32_t* __restrict__ tiles) {
+    constexpr int BM = kMmaProductRows, BN = Shape::kCols, KS = Shape::kSlab, kStages = Shape::kStages;
+    constexpr int MT = 2, NT = BN / 32;  // a warp: 32 rows x BN/4 columns, as MT x NT fragments of 16 x 8
+    constexpr int kAStride = BM + 8, kBStride = BN + 8;
+    static_assert(kAStride % 32 == 8 && kBStride % 32 == 8, "conflict-free fragment reads");
+    static_assert(KS % 8 == 0 && BN % 32 == 0, "slabs of whole k-steps, columns of whole fragments");
+    extern __shared__ __align__(16) float smem[];
+    const int64_t u = tiles[3 * blockIdx.x], m0 = tiles[3 * blockIdx.x + 1], n0 = tiles[3 * blockIdx.x + 2];
+    const P p(args, u);
+    if constexpr (P::kUpdate) {
+        if (p.inactive) {  // a unit not yet learning: only its V is cleared
+            for (int e = threadIdx.x; e < BM * BN; e += kMmaProductThreads) {
+                const int64_t m = m0 + e / BN, n = n0 + e % BN;
+                if (m < p.M && n < p.N) p.clear(m, n);
+            }
+            return;
+        }
+    }
+    const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
+    const int g = lane / 4, t = lane % 4;
+    const int wm = 32 * (warp % 2), wn = (BN / 4) * (warp / 2);  // the warp's first row and column in the tile
+    bool live[MT];  // the warp's row fragments that hold rows of the matrix (warp-uniform)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) live[mt] = m0 + wm + 16 * mt < p.M;
+
+    const SlabCopies<P::kAAlongK, BM, KS, kAStride> a_copies(p.A, m0, p.K, p.M);
+    const SlabCopies<P::kBAlongK, BN, KS, kBStride> b_copies(p.B, n0, p.K, p.N);
+    const int64_t n_slabs = (p.K + KS - 1) / KS;
+    auto fetch = [&](int64_t i) {  // slab i into stage i % kStages; always commits a group
+        if (i < n_slabs) {
+            float* As = smem + (i % kStages) * mma_product_stage_floats<Shape>();
+            a_copies.copy(As, i);
+            b_copies.copy(As + KS * kAStride, i);
+        }
+        copy_async_commit();
+    };
+
+    float acc[MT][NT][4] = {};  // (row g, column 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of fragment (mt, j)
+    for (int i = 0; i < kStages - 1; ++i) fetch(i);
+    for (int64_t i = 0; i < n_slabs; ++i) {
+        copy_async_wait<kStages - 2>();  // slab i has landed (this thread's copies) ...
+        __syncthreads();                 // ... and every thread's; all are done with slab i-1's stage
+        fetch(i + kStages - 1);
+        const float* As = smem + (i % kStages) * mma_product_stage_floats<Shape>();
+        const float* Bs = As + KS * kAStride;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk += 8) {
+            // A (16 x 8, row-major): (g, t), (g+8, t), (g, t+4), (g+8, t+4); B (8 x 8): (t, g), (t+4, g).
+            uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int k = kk + t + (e >= 2 ? 4 : 0), m = wm + 16 * mt + g + (e % 2 == 1 ? 8 : 0);
+                    const float av = As[k * kAStride + m];
+                    const Split v = split(P::kScaleA ? __fmul_rn(p.a_scale, av) : av);
+                    ah[mt][e] = v.hi;
+                    al[mt][e] = v.lo;
+                }
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int n = wn + 8 * j + g;
+                const Split b0 = split(Bs[(kk + t) * kBStride + n]), b1 = split(Bs[(kk + t + 4) * kBStride + n]);
+                const uint32_t bh[2] = {b0.hi, b1.hi}, bl[2] = {b0.lo, b1.lo};
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    if (!live[mt]) continue;
+                    mma_tf32(acc[mt][j], al[mt], bh);  // the small terms first, then hi*hi
+                    mma_tf32(acc[mt][j], ah[mt], bl);
+                    mma_tf32(acc[mt][j], ah[mt], bh);
+                }
+            }
+        }
+    }
+    // The outputs, a row fragment at a time: what finish reads of the old state is loaded for all of its
+    // outputs before any is written (loads after a store to memory that may alias them each waited
+    // for the last: a DRAM round trip per output).
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        typename P::Old old[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t m = m0 + wm + 16 * mt + g + (e >= 2 ? 8 : 0), n = n0 + wn + 8 * j + 2 * t + e % 2;
+                if (m < p.M && n < p.N) old[j][e] = p.old(m, n);
+            }
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t m = m0 + wm + 16 * mt + g + (e >= 2 ? 8 : 0), n = n0 + wn + 8 * j + 2 * t + e % 2;
+                if (m < p.M && n < p.N) p.finish(m, n, acc[mt][j][e], old[j][e]);
+            }
+    }
+}
+
+}  // namespace kernels
+}  // namespace pvm

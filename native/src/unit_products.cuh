@@ -1,0 +1,146 @@
+// Many sequences (n_seq > 16): the per-unit work of a step as matrix products of one unit's matrices,
+//   C[m, n] = sum_k A[k, m] B[k, n],
+// run on tensor cores by mma_product (mma_products.cuh). Each product is a small struct: its extents
+// (M, N, K), where A and B are (Operand: strides along k and along m or n; kAAlongK / kBAlongK say
+// whether consecutive k are adjacent in memory), a scale applied to A's entries, what to do with a
+// finished sum, and its tile shape (MmaShape), chosen by measurement (benchmarks/NOTES.md).
+// Deterministic: every output is summed by one warp in a fixed order; no atomics.
+#pragma once
+
+#include <cstdint>
+
+#include "step_kernels.cuh"
+
+namespace pvm {
+namespace kernels {
+
+// A tile shape of mma_product: kCols columns per 64-row tile, slabs kSlab deep through kStages stages of
+// shared memory, at least kMinBlocks blocks per SM.
+template <int Cols, int Slab, int Stages, int MinBlocks>
+struct MmaShape {
+    static constexpr int kCols = Cols, kSlab = Slab, kStages = Stages, kMinBlocks = MinBlocks;
+};
+using MmaWide = MmaShape<128, 16, 4, 2>;
+using MmaNarrow = MmaShape<64, 16, 4, 3>;
+
+// ---- the products ----------------------------------------------------------------------------
+
+// Where an operand's entries are: entry (k, x) at base[k * sk + x * sx] (x = m for A, n for B).
+struct Operand {
+    const float* base;
+    int64_t sk, sx;
+    __device__ const float* at(int64_t k, int64_t x) const { return base + k * sk + x * sx; }
+};
+
+// A forward product of one unit: out(s)[q, m] = phi(sum_k W[m, k] in(s)[q, k]), n = q. The rings'
+// slot s and the unit's offsets are resolved once, in the constructor. Every product has the same
+// parts: extents M, N, K; operands A, B; a_scale (with kScaleA, A's entries are a_scale * A, rounded);
+// old (what finish reads of the old state) and finish.
+struct Forward {
+    static constexpr bool kAAlongK = true, kBAlongK = true, kUpdate = false, kScaleA = false;
+    int64_t M, N, K, out_stride;
+    Operand A, B;  // A[k, m] = W[m, k], B[k, q] = in(s)[q, k]
+    float* out;
+    bool polynomial;
+    float a_scale = 1.0f;
+    __device__ Forward(const StepArgs& a, int64_t rows, int64_t length, int64_t weight_base, const float* in_ring,
+                       int64_t in_stride, float* out_ring, int64_t out_stride)
+        : M(rows), N(a.n_seq), K(length), out_stride(out_stride), A{a.weights + weight_base, 1, length},
+          B{in_ring + ring_slot(*a.step) * a.n_seq * in_stride, 1, in_stride},
+          out(out_ring + ring_slot(*a.step) * a.n_seq * out_stride), polynomial(a.polynomial) {}
+    struct Old {};  // what finish reads of the old state (loaded for all of a thread's outputs before any is written)
+    __device__ Old old(int64_t, int64_t) const { return {}; }
+    __device__ void finish(int64_t m, int64_t q, float sum, Old) const { out[q * out_stride + m] = activation(sum, polynomial); }
+};
+
+// h(s) = phi(W0 x(s)): m = hidden row, k = input i.
+struct W0Forward : Forward {
+    using MmaTiles = MmaWide;
+    __device__ W0Forward(const StepArgs& a, int64_t u)
+        : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], a.w0_off[u], a.x + a.x_off[u], a.x_total, a.h + a.h_off[u],
+                  a.h_total) {}
+};
+
+// y(s) = phi(W1 h(s)): m = output j, k = hidden k.
+struct W1Forward : Forward {
+    using MmaTiles = MmaNarrow;
+    __device__ W1Forward(const StepArgs& a, int64_t u)
+        : Forward(a, a.y_off[u + 1] - a.y_off[u], a.h_off[u + 1] - a.h_off[u], a.w1_off[u], a.h + a.h_off[u], a.h_total,
+                  a.y + a.y_off[u], a.y_total) {}
+};
+
+// eps[q, k] = sum_j delta_out[q, j] W1[j, k] with the current W1, stored as lr * g(h(s-2)) * eps
+// (what the W0 update uses); m = k < H, n = q, summed over the unit's outputs j.
+struct HiddenDeltas {
+    static constexpr bool kAAlongK = false, kBAlongK = true, kUpdate = false, kScaleA = false;
+    using MmaTiles = MmaNarrow;
+    const StepArgs& a;
+    int64_t M, N, K;
+    Operand A, B;  // A[j, k] = W1[j, k], B[j, q] = delta_out[q, j]
+    const float* h_old;
+    float* out;
+    float lr, a_scale = 1.0f;
+    __device__ HiddenDeltas(const StepArgs& args, int64_t unit)
+        : a(args), M(args.hidden), N(args.n_seq), K(args.y_off[unit + 1] - args.y_off[unit]),
+          A{args.weights + args.w1_off[unit], args.h_off[unit + 1] - args.h_off[unit], 1},
+          B{args.delta_out + args.y_off[unit], 1, args.y_total},
+          h_old(args.h + ring_slot(*args.step - 2) * args.n_seq * args.h_total + args.h_off[unit]),
+          out(args.lr_delta_hidden + args.h_off[unit]), lr(args.unit_lr[unit]) {}
+    using Old = float;  // h(s-2)[q, k]
+    __device__ Old old(int64_t k, int64_t q) const { return h_old[q * a.h_total + k]; }
+    __device__ void finish(int64_t k, int64_t q, float eps, Old h) const {
+        out[q * a.h_total + k] = __fmul_rn(lr, delta(h, eps, a.polynomial, static_cast<Derivative>(a.derivative)));
+    }
+};
+
+// The momentum update of one weight matrix: g[m, n] = mean_q lr*delta[q, m] act(s-2)[q, n];
+// V = fma(mu, V, g); W += V. Summed over the sequences q. Units not yet enabled only clear V.
+struct Update {
+    static constexpr bool kAAlongK = false, kBAlongK = false, kUpdate = true, kScaleA = false;
+    const StepArgs& a;
+    int64_t M, N, K;
+    float *W, *V;
+    Operand A{}, B{};  // A[q, m] = lr * delta[q, m] (the scale in a_scale), B[q, n] = the activation of step s-2
+    float mu, inv_n, a_scale = 1.0f;
+    bool inactive;
+    __device__ Update(const StepArgs& args, int64_t rows, int64_t cols, int64_t weight_base, int64_t unit)
+        : a(args), M(rows), N(cols), K(args.n_seq), W(args.weights + weight_base), V(args.velocity + weight_base),
+          mu(args.unit_mu[unit]), inv_n(1.0f / static_cast<float>(args.n_seq)),
+          inactive(args.unit_lr[unit] == 0.0f && args.unit_mu[unit] == 0.0f) {}
+    using Old = float2;  // W[m, n], V[m, n]
+    __device__ Old old(int64_t m, int64_t n) const { return {W[m * N + n], V[m * N + n]}; }
+    __device__ void finish(int64_t m, int64_t n, float g, Old wv) const {
+        const float v = __fmaf_rn(mu, wv.y, __fmul_rn(g, inv_n));  // the mean as the passes take it: times 1/n
+        W[m * N + n] = __fadd_rn(wv.x, v);
+        V[m * N + n] = v;
+    }
+    __device__ void clear(int64_t m, int64_t n) const {
+        if (V[m * N + n] != 0.0f) V[m * N + n] = 0.0f;
+    }
+};
+
+// W0: m = row < H, n = input i; A = lr * delta_h(s-2) (already scaled), B = x(s-2).
+struct W0Update : Update {
+    using MmaTiles = MmaWide;
+    __device__ W0Update(const StepArgs& args, int64_t unit)
+        : Update(args, args.hidden, args.x_off[unit + 1] - args.x_off[unit], args.w0_off[unit], unit) {
+        A = {args.lr_delta_hidden + args.h_off[unit], args.h_total, 1};
+        B = {args.x + ring_slot(*args.step - 2) * args.n_seq * args.x_total + args.x_off[unit], args.x_total, 1};
+    }
+};
+
+// W1: m = output j, n = hidden k; A = lr * delta_out(s-2), B = h(s-2).
+struct W1Update : Update {
+    static constexpr bool kScaleA = true;
+    using MmaTiles = MmaNarrow;
+    __device__ W1Update(const StepArgs& args, int64_t unit)
+        : Update(args, args.y_off[unit + 1] - args.y_off[unit], args.h_off[unit + 1] - args.h_off[unit],
+                 args.w1_off[unit], unit) {
+        A = {args.delta_out + args.y_off[unit], args.y_total, 1};
+        B = {args.h + ring_slot(*args.step - 2) * args.n_seq * args.h_total + args.h_off[unit], args.h_total, 1};
+        a_scale = args.unit_lr[unit];  // A = lr * delta_out, rounded as the CPU engine does
+    }
+};
+
+}  // namespace kernels
+}  // namespace pvm
