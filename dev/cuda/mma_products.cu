@@ -240,7 +240,7 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
 }  // namespace
 
 int main(int argc, char** argv) {
-    const std::vector<int64_t> seqs = parse_seqs(argc, argv, {64, 256}, 17, 4096);
+    const std::vector<int64_t> seqs = parse_seqs(argc, argv, {64, 256}, 9, 4096);
     const Layout L;
     const double copy_bw = copy_bandwidth(size_t{1} << 30);
     const double w0 = static_cast<double>(L.n_w0), w1 = static_cast<double>(L.n_weights - L.n_w0);

@@ -22,28 +22,25 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 1 << 20)));
 }
 
-// Up to this many sequences, one fused pass per weight row serves them all (weight_pass_multi);
-// above, the per-unit products (unit_products.cuh, on tensor cores). Measured on an H200 (small.json,
-// benchmarks/NOTES.md): fused 40.6k frames/s at n_seq 16 against 25.8k for the FMA tiles then used;
-// at 32 the tiles won (46.6k against 38.7k).
-constexpr int64_t kFusedSeqs = 16;
-// From kMmaMinSeqs to kMmaMaxSeqs sequences the W0 and W1 passes run on tensor cores (weight_pass_mma,
-// one read of W and V per step for all sequences); the hidden deltas stay as above (fused kernel up
-// to kFusedSeqs, a product beyond). Engine, H200, small, frames on the device: with the coalesced
-// write-back the mma passes win from 5 sequences (23.2k, 26.7k, 30.6k, 34.2k frames/s at 5-8 against
-// 22.3k, 25.3k, 28.7k, 31.5k with the FMA passes) and tie at 4 (23.9k both).
-constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64;
+// How a step's work is split by n_seq (benchmarks/NOTES.md has the measurements behind each bound):
+// - W0 and W1 passes: up to 4 sequences one fused FMA pass per weight row serves them all
+//   (weight_pass_multi); from kMmaMinSeqs to kMmaMaxSeqs one pass on tensor cores (weight_pass_mma, one
+//   read of W and V per step for all sequences: 23.2k, 26.7k, 30.6k, 34.2k frames/s at 5-8 on an H200,
+//   small, against 22.3k, 25.3k, 28.7k, 31.5k with the FMA passes; a tie at 4); above, forward and
+//   update as separate per-unit products on tensor cores (mma_product).
+// - Hidden deltas: below kProductSeqs the per-unit kernel hidden_deltas<NS> (which also sums the units'
+//   errors); from kProductSeqs a per-unit product on tensor cores, the errors summed by unit_errors.
+constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kProductSeqs = 9;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
-// Calls f(std::integral_constant<int, NS>) for the compile-time sequence bucket NS >= n (n <= kFusedSeqs).
+// Calls f(std::integral_constant<int, NS>) for the compile-time sequence bucket NS >= n (n < kProductSeqs).
 template <class F>
 void by_bucket(int64_t n, F&& f) {
-    static_assert(kFusedSeqs == 16, "the buckets end at kFusedSeqs");
+    static_assert(kProductSeqs == 9, "the buckets end at 8");
     if (n <= 1) return f(std::integral_constant<int, 1>{});
     if (n <= 2) return f(std::integral_constant<int, 2>{});
     if (n <= 4) return f(std::integral_constant<int, 4>{});
-    if (n <= 8) return f(std::integral_constant<int, 8>{});
-    return f(std::integral_constant<int, 16>{});
+    return f(std::integral_constant<int, 8>{});
 }
 
 // The blocks of the fused row pass (weight_pass_multi): every unit's rows split into near-equal runs of
@@ -62,14 +59,16 @@ std::vector<int32_t> row_blocks(int64_t n_units, int per_block, const std::funct
     return out;
 }
 
-// The fused row pass for 2 <= n <= kFusedSeqs sequences, G lanes per row, D columns per lane per staged chunk.
+// The fused row pass for 2 <= n < kMmaMinSeqs sequences, G lanes per row, D columns per lane per staged chunk.
 template <class Row, int G, int D>
 void launch_multi(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, cudaStream_t stream) {
-    by_bucket(n, [&](auto bucket) {
-        constexpr int NS = decltype(bucket)::value < 2 ? 2 : decltype(bucket)::value;
-        kernels::weight_pass_multi<Row, G, NS, D>
-            <<<static_cast<unsigned>(blocks.size() / 3), kernels::kThreads, 0, stream>>>(a, blocks.data());
-    });
+    static_assert(kMmaMinSeqs == 5, "the fused row pass serves 2 to 4 sequences");
+    const unsigned n_blocks = static_cast<unsigned>(blocks.size() / 3);
+    if (n <= 2) {
+        kernels::weight_pass_multi<Row, G, 2, D><<<n_blocks, kernels::kThreads, 0, stream>>>(a, blocks.data());
+    } else {
+        kernels::weight_pass_multi<Row, G, 4, D><<<n_blocks, kernels::kThreads, 0, stream>>>(a, blocks.data());
+    }
     PVM_CUDA_CHECK_LAUNCH();
 }
 
@@ -179,7 +178,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             [&](int64_t u) { return t.hidden_len(u); }));
         allow_mma_shared<kernels::RowW0>(n);
         allow_mma_shared<kernels::RowW1>(n);
-    } else if (n > 1 && n <= kFusedSeqs) {
+    } else if (n > 1 && n < kMmaMinSeqs) {
         const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w0_rows_ = DeviceBuffer<int32_t>(row_blocks(
             t.n_units, kernels::kThreads / kernels::kWarp, [&](int64_t) { return t.hidden; },
@@ -188,7 +187,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             t.n_units, kernels::kThreads / w1_lanes, [&](int64_t u) { return t.outputs(u); },
             [&](int64_t u) { return t.hidden_len(u); }));
     }
-    if (n > kFusedSeqs) {
+    if (n >= kProductSeqs) {
         std::function<int64_t(int64_t)> hidden = [&](int64_t) { return t.hidden; },
                                          seqs = [&](int64_t) { return n; },
                                          inputs = [&](int64_t u) { return t.inputs(u); },
@@ -383,7 +382,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     assemble_hidden<<<dim3(blocks_for(t.n_units + a.n_raw), seqs), T, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     mark("gather");
-    if (n > kFusedSeqs) {
+    if (n >= kProductSeqs) {
         enqueue_products(a, mark);
     } else {
         output_deltas<<<blocks_for(t.y_total), T, 0, stream_>>>(a);

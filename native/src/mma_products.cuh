@@ -34,34 +34,41 @@ __host__ __device__ constexpr size_t mma_product_shared_bytes() { return sizeof(
 // The cp.async copies of one operand's slabs that this thread issues. Slab entry e = thread + c * 256
 // (copy c): along k, consecutive threads take consecutive k (coalesced rows) and copy c moves to the
 // entry 256 / kSlab further along x (m or n); otherwise consecutive x, and c moves along k. So a
-// thread's copies are one base address plus c * copy_step, moved by slab_step per slab: no index
-// arithmetic per copy (computing every address from (k, x) was a third of mma_product's instructions).
+// thread's copies are one address stepped by copy_step, moved by slab_step per slab, and whether a copy
+// is inside the matrix is a bit (along x) and one compare with what is left along k: no index arithmetic
+// per copy (computing every address and bound from (k, x) was a third of mma_product's instructions).
 template <bool kAlongK, int kExtent, int kSlab, int kStride>
 struct SlabCopies {
     static constexpr int kInner = kAlongK ? kSlab : kExtent, kOuterStep = kMmaProductThreads / kInner;
     static constexpr int kCopies = kSlab * kExtent / kMmaProductThreads;
     static_assert(kMmaProductThreads % kInner == 0 && kCopies * kMmaProductThreads == kSlab * kExtent, "whole copies");
+    static_assert(kCopies <= 32, "one bit per copy");
     const float *base, *src;  // the operand's first entry (a safe address), this thread's copy 0 in slab 0
-    int64_t copy_step, slab_step, K, X;
-    int k, x;  // copy 0's place in the slab
-    __device__ SlabCopies(const Operand& op, int64_t x0, int64_t K_extent, int64_t X_extent)
-        : base(op.base), K(K_extent), X(X_extent - x0) {
+    int64_t copy_step, slab_step, k_end;  // k_end: K - (copy 0's k), so that slab k0 has K - k0 - k left
+    uint32_t x_inside;                    // bit c: copy c's x is inside the matrix
+    int dst;                              // copy 0's place in a slab ([k][x], rows kStride apart)
+    __device__ SlabCopies(const Operand& op, int64_t x0, int64_t K, int64_t X) : base(op.base) {
         const int inner = static_cast<int>(threadIdx.x) % kInner, outer = static_cast<int>(threadIdx.x) / kInner;
-        k = kAlongK ? inner : outer;
-        x = kAlongK ? outer : inner;
+        const int k = kAlongK ? inner : outer, x = kAlongK ? outer : inner;
         src = op.at(k, x0 + x);
         copy_step = kOuterStep * (kAlongK ? op.sx : op.sk);
         slab_step = kSlab * op.sk;
+        k_end = K - k;
+        x_inside = 0;
+        for (int c = 0; c < kCopies; ++c)
+            if (x0 + x + (kAlongK ? c * kOuterStep : 0) < X) x_inside |= 1u << c;
+        dst = k * kStride + x;
     }
-    // Slab i into dst ([k][x], rows kStride apart); entries past the matrix as zeros.
-    __device__ void copy(float* dst, int64_t i) const {
-        const int64_t k0 = i * kSlab;
+    // Slab i into its stage; entries past the matrix as zeros.
+    __device__ void copy(float* stage, int64_t i) const {
+        const int64_t left = k_end - i * kSlab;  // copy c is inside along k if its k offset is below this
+        const int k_left = left > kSlab ? kSlab : static_cast<int>(left);
         const float* s = src + i * slab_step;
 #pragma unroll
         for (int c = 0; c < kCopies; ++c) {
-            const int kc = kAlongK ? k : k + c * kOuterStep, xc = kAlongK ? x + c * kOuterStep : x;
-            const bool ok = k0 + kc < K && xc < X;
-            copy_async4(dst + kc * kStride + xc, ok ? s + c * copy_step : base, ok);
+            const bool ok = (kAlongK ? 0 : c * kOuterStep) < k_left && ((x_inside >> c) & 1u);
+            copy_async4(stage + dst + c * kOuterStep * (kAlongK ? 1 : kStride), ok ? s : base, ok);
+            s += copy_step;
         }
     }
 };

@@ -22,6 +22,7 @@ struct MmaShape {
 };
 using MmaWide = MmaShape<128, 16, 4, 2>;
 using MmaNarrow = MmaShape<64, 16, 4, 3>;
+using MmaNarrowShallow = MmaShape<64, 8, 4, 4>;  // the short W1 forward sums (K = 50)
 
 // ---- the products ----------------------------------------------------------------------------
 
@@ -63,7 +64,7 @@ struct W0Forward : Forward {
 
 // y(s) = phi(W1 h(s)): m = output j, k = hidden k.
 struct W1Forward : Forward {
-    using MmaTiles = MmaNarrow;
+    using MmaTiles = MmaNarrowShallow;
     __device__ W1Forward(const StepArgs& a, int64_t u)
         : Forward(a, a.y_off[u + 1] - a.y_off[u], a.h_off[u + 1] - a.h_off[u], a.w1_off[u], a.h + a.h_off[u], a.h_total,
                   a.y + a.y_off[u], a.y_total) {}
