@@ -80,7 +80,8 @@ bool check_and_time(int64_t n) {
     a.h = dev.put(h);
     a.unit_lr = dev.put(lr);
     a.lr_delta_hidden = dev.put(out);
-    a.error_sq = dev.put(err_sq);
+    a.error_sq = dev.put(err_sq);  // one row: a single sequence group up to 8 sequences
+    a.delta_group = delta_group_seqs(n);
     a.unit_error = dev.put(std::vector<double>(2 * kUnits, -1.0));
     a.layer_unit_range = dev.put(std::vector<int64_t>{0, 0});  // no layer-0 units: no baseline sums
     a.step = dev.put(std::vector<int64_t>{step});

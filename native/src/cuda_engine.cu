@@ -27,10 +27,13 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   (weight_pass_multi); from kMmaMinSeqs to kMmaMaxSeqs one pass on tensor cores (weight_pass_mma, one
 //   read of W and V per step for all sequences: 23.2k, 26.7k, 30.6k, 34.2k frames/s at 5-8 on an H200,
 //   small, against 22.3k, 25.3k, 28.7k, 31.5k with the FMA passes; a tie at 4); above, forward and
-//   update as separate per-unit products on tensor cores (mma_product).
+//   update as separate per-unit products on tensor cores (mma_product). The W1 pass ends earlier, at
+//   kMmaW1MaxSeqs: with 33-64 sequences its 50-float rows leave the pass at one block per SM (153 us at
+//   64 against 98 us for the two W1 products), while the W0 pass still beats its products (287 against
+//   395 us at 64).
 // - Hidden deltas: below kProductSeqs the per-unit kernel hidden_deltas<NS> (which also sums the units'
 //   errors); from kProductSeqs a per-unit product on tensor cores, the errors summed by unit_errors.
-constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kProductSeqs = 9;
+constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
 // Calls f(std::integral_constant<int, NS>) for the compile-time sequence bucket NS >= n (n < kProductSeqs).
@@ -41,6 +44,23 @@ void by_bucket(int64_t n, F&& f) {
     if (n <= 2) return f(std::integral_constant<int, 2>{});
     if (n <= 4) return f(std::integral_constant<int, 4>{});
     return f(std::integral_constant<int, 8>{});
+}
+
+// Every input entry's source and kind in one int32 (assemble_inputs reads 4 bytes an entry, not 9).
+std::vector<int32_t> gather_sources(const Topology& t) {
+    std::vector<int32_t> out(t.x_src.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+        if (t.x_src[i] < 0 || t.x_src[i] >= (int64_t{1} << kernels::kGatherKindShift) || t.x_kind[i] < 0 || t.x_kind[i] > 3)
+            throw std::invalid_argument("input entry " + std::to_string(i) + " has a source the CUDA engine cannot hold");
+        out[i] = static_cast<int32_t>(static_cast<uint32_t>(t.x_src[i]) |
+                                      (static_cast<uint32_t>(t.x_kind[i]) << kernels::kGatherKindShift));
+    }
+    return out;
+}
+
+void launch_output_deltas(const kernels::StepArgs& a, cudaStream_t stream) {
+    const dim3 grid(blocks_for(a.y_total), static_cast<unsigned>(kernels::delta_groups(a.n_seq, a.delta_group)));
+    kernels::output_deltas<<<grid, kernels::kThreads, 0, stream>>>(a);
 }
 
 // The blocks of the fused row pass (weight_pass_multi): every unit's rows split into near-equal runs of
@@ -160,13 +180,12 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     h_off_ = DeviceBuffer<int64_t>(t.h_off);
     w0_off_ = DeviceBuffer<int64_t>(t.w0_off);
     w1_off_ = DeviceBuffer<int64_t>(t.w1_off);
-    x_src_ = DeviceBuffer<int64_t>(t.x_src);
+    x_gather_ = DeviceBuffer<int32_t>(gather_sources(t));
     h_bias_ = DeviceBuffer<int64_t>(t.h_bias);
     raw_dst_ = DeviceBuffer<int64_t>(t.raw_context_dst);
     raw_src_ = DeviceBuffer<int64_t>(t.raw_context_src);
     target_src_ = DeviceBuffer<int64_t>(t.target_src);
     baseline_src_ = DeviceBuffer<int64_t>(t.baseline_src);
-    x_kind_ = DeviceBuffer<int8_t>(t.x_kind);
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
     const bool mma = n >= kMmaMinSeqs && n <= kMmaMaxSeqs;
@@ -177,7 +196,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             t.n_units, kernels::kMmaRows, [&](int64_t u) { return t.outputs(u); },
             [&](int64_t u) { return t.hidden_len(u); }));
         allow_mma_shared<kernels::RowW0>(n);
-        allow_mma_shared<kernels::RowW1>(n);
+        if (n <= kMmaW1MaxSeqs) allow_mma_shared<kernels::RowW1>(n);
     } else if (n > 1 && n < kMmaMinSeqs) {
         const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w0_rows_ = DeviceBuffer<int32_t>(row_blocks(
@@ -196,14 +215,16 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         hidden_deltas_ = DeviceBuffer<int32_t>(
             product_tiles(t.n_units, kernels::HiddenDeltas::MmaTiles::kCols, hidden, seqs, outputs));
         allow_mma_product_shared<kernels::HiddenDeltas>();
-        if (!mma) {
+        if (n > kMmaMaxSeqs) {
             w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::MmaTiles::kCols, hidden, seqs, inputs));
-            w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::MmaTiles::kCols, outputs, seqs, hidden_len));
             w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::MmaTiles::kCols, hidden, inputs, seqs));
-            w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::MmaTiles::kCols, outputs, hidden_len, seqs));
             allow_mma_product_shared<kernels::W0Forward>();
-            allow_mma_product_shared<kernels::W1Forward>();
             allow_mma_product_shared<kernels::W0Update>();
+        }
+        if (n > kMmaW1MaxSeqs) {
+            w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::MmaTiles::kCols, outputs, seqs, hidden_len));
+            w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::MmaTiles::kCols, outputs, hidden_len, seqs));
+            allow_mma_product_shared<kernels::W1Forward>();
             allow_mma_product_shared<kernels::W1Update>();
         }
     }
@@ -220,10 +241,11 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     error_ = DeviceBuffer<float>(n * t.y_total);
     metric_sums_ = DeviceBuffer<double>(t.metric_bins());
     unit_error_ = DeviceBuffer<double>(2 * t.n_units);
-    error_sq_ = DeviceBuffer<double>(t.y_total);
+    const int64_t delta_rows = kernels::delta_groups(n, kernels::delta_group_seqs(n));
+    error_sq_ = DeviceBuffer<double>(delta_rows * t.y_total);
     baseline_sums_ = DeviceBuffer<double>(2);
     unit_baseline_ = DeviceBuffer<double>(2 * t.n_units);
-    baseline_sq_ = DeviceBuffer<double>(t.y_total);
+    baseline_sq_ = DeviceBuffer<double>(delta_rows * t.y_total);
     step_ = DeviceBuffer<int64_t>(1);
     metric_steps_ = DeviceBuffer<int64_t>(1);
     frames_u8_ = DeviceBuffer<uint8_t>(n * t.image_size);
@@ -292,7 +314,7 @@ void launch_product(const kernels::StepArgs& a, const DeviceBuffer<int32_t>& til
 template <class Mark>
 void CudaEngine::enqueue_products(const kernels::StepArgs& a, Mark& mark) {
     using namespace kernels;
-    output_deltas<<<blocks_for(topo_.y_total), kThreads, 0, stream_>>>(a);
+    launch_output_deltas(a, stream_);
     PVM_CUDA_CHECK_LAUNCH();
     unit_errors<<<static_cast<unsigned>(topo_.n_units), kThreads, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
@@ -300,21 +322,28 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, Mark& mark) {
     accumulate_metrics<<<static_cast<unsigned>(2 * topo_.n_layers), kWarp, 0, stream_>>>(a);
     PVM_CUDA_CHECK_LAUNCH();
     mark("deltas");
-    if (a.n_seq <= kMmaMaxSeqs) {
+    if (a.n_seq <= kMmaW1MaxSeqs) {
         enqueue_mma_passes(a, mark);
-        return;
+    } else if (a.n_seq <= kMmaMaxSeqs) {
+        launch_mma<RowW0>(a.n_seq, w0_rows_, a, stream_);
+        mark("w0 forward+update");
+        launch_product<W1Forward>(a, w1_forward_, stream_);
+        mark("w1 forward");
+        launch_product<W1Update>(a, w1_update_, stream_);
+        mark("w1 update");
+    } else {
+        launch_product<W0Forward>(a, w0_forward_, stream_);
+        mark("w0 forward");
+        launch_product<W1Forward>(a, w1_forward_, stream_);
+        mark("w1 forward");
+        launch_product<W0Update>(a, w0_update_, stream_);
+        mark("w0 update");
+        launch_product<W1Update>(a, w1_update_, stream_);
+        mark("w1 update");
     }
-    launch_product<W0Forward>(a, w0_forward_, stream_);
-    mark("w0 forward");
-    launch_product<W1Forward>(a, w1_forward_, stream_);
-    mark("w1 forward");
-    launch_product<W0Update>(a, w0_update_, stream_);
-    mark("w0 update");
-    launch_product<W1Update>(a, w1_update_, stream_);
-    mark("w1 update");
 }
 
-// 8 to 64 sequences: the W0 pass, then the W1 pass (it reads the h(s) the first writes), on tensor cores.
+// kMmaMinSeqs to kMmaW1MaxSeqs sequences: the W0 pass, then the W1 pass (it reads the h(s) the first writes), on tensor cores.
 template <class Mark>
 void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, Mark& mark) {
     launch_mma<kernels::RowW0>(a.n_seq, w0_rows_, a, stream_);
@@ -335,6 +364,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     a.y_total = t.y_total;
     a.h_total = t.h_total;
     a.image_size = t.image_size;
+    a.delta_group = kernels::delta_group_seqs(n);
     a.n_raw = static_cast<int64_t>(t.raw_context_dst.size());
     a.polynomial = cfg_.polynomial;
     a.opt_abs_diff = cfg_.opt_abs_diff;
@@ -344,13 +374,12 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     a.h_off = h_off_.data();
     a.w0_off = w0_off_.data();
     a.w1_off = w1_off_.data();
-    a.x_src = x_src_.data();
+    a.x_gather = x_gather_.data();
     a.h_bias = h_bias_.data();
     a.raw_dst = raw_dst_.data();
     a.raw_src = raw_src_.data();
     a.target_src = target_src_.data();
     a.baseline_src = baseline_src_.data();
-    a.x_kind = x_kind_.data();
     a.y_unit = y_unit_.data();
     a.weights = weights_.data();
     a.velocity = velocity_.data();
@@ -385,7 +414,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     if (n >= kProductSeqs) {
         enqueue_products(a, mark);
     } else {
-        output_deltas<<<blocks_for(t.y_total), T, 0, stream_>>>(a);
+        launch_output_deltas(a, stream_);
         PVM_CUDA_CHECK_LAUNCH();
         by_bucket(n, [&](auto bucket) {
             hidden_deltas<decltype(bucket)::value><<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);

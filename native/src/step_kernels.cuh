@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "pvm/numerics.h"
+#include "pvm/topology.h"
 
 namespace pvm {
 namespace kernels {
@@ -19,19 +20,20 @@ constexpr int kWarp = 32;
 
 struct StepArgs {
     int64_t n_seq, n_units, hidden, x_total, y_total, h_total, image_size, n_raw;
+    int64_t delta_group;               // sequences per group of output_deltas (delta_group_seqs)
     bool polynomial, opt_abs_diff;
     int derivative;
-    const int64_t *x_off, *y_off, *h_off, *w0_off, *w1_off, *x_src, *h_bias, *raw_dst, *raw_src, *target_src;
+    const int64_t *x_off, *y_off, *h_off, *w0_off, *w1_off, *h_bias, *raw_dst, *raw_src, *target_src;
     const int64_t* baseline_src;       // per output: the x(s-2) entry copy-last-frame predicts it with, -1 above layer 0
-    const int8_t* x_kind;
+    const int32_t* x_gather;          // per input entry: its source index | its XSource << kGatherKindShift
     const int32_t* y_unit;
     float *weights, *velocity, *x, *h, *y;
     const float *unit_lr, *unit_mu;
     float *delta_out, *lr_delta_hidden, *error;
-    double* error_sq;                  // per output j: sum over sequences (in order) of error^2
+    double* error_sq;                  // per sequence group g, output j: sum over g's sequences (in order) of error^2
     double* metric_sums;
     double* unit_error;                // per unit: sum of squared errors of the two-step and one-step halves
-    double* baseline_sq;               // per layer-0 output j: the same for copying frame s-2
+    double* baseline_sq;               // per group, layer-0 output j: the same for copying frame s-2
     double* unit_baseline;             // per layer-0 unit: baseline_sq summed per half, like unit_error
     double* baseline_sums;             // two-step, one-step: the copy-last-frame baseline's metric sums
     const int64_t* layer_unit_range;  // per layer: first unit id (n_layers + 1 entries)
@@ -49,11 +51,14 @@ __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(
 __device__ __forceinline__ int64_t seq_index() { return blockIdx.y; }
 
 // x(s) of every sequence: the compressed frame, kappa(h(s-1)), x(s-1)'s new signal, or 1 (§3.4).
-// A thread per (input entry, group of kGatherSeqs sequences): the entry's source is read once and
-// all of the group's loads are issued before its stores (the compiler cannot move a load of the
-// rings past a store to them). Grid: x over entries, y over groups. (One thread walking all
-// sequences in turn waited on each load: 378 -> 254 us at n_seq 256.)
-constexpr int kGatherSeqs = 4;
+// A thread per (input entry, group of kGatherSeqs sequences): the entry's packed source (x_gather:
+// src | kind << kGatherKindShift) is read once, the kind decides one loop for the whole group, and the
+// group's loads are issued before its stores (the compiler cannot move a load of the rings past a
+// store to them). Grid: x over entries, y over groups. Measured on an H200 (small, n_seq 256): one
+// thread walking all sequences 378 us; groups of 4 with the kind tested per sequence and 64-bit
+// (int64 src + int8 kind) sources 242 us, compute-bound on index arithmetic.
+constexpr int kGatherSeqs = 8;
+constexpr int kGatherKindShift = 30;
 
 template <class Pixel>
 __global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames) {
@@ -61,27 +66,34 @@ __global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames) {
     if (i >= a.x_total) return;
     const int64_t s = *a.step;
     const int cur = ring_slot(s), prev = ring_slot(s - 1);
-    const int64_t src = a.x_src[i];
-    const int kind = a.x_kind[i];
+    const int32_t packed = a.x_gather[i];
+    const int64_t src = packed & ((int32_t{1} << kGatherKindShift) - 1);
+    const int kind = static_cast<int>(static_cast<uint32_t>(packed) >> kGatherKindShift);
     const int live = static_cast<int>(a.n_seq - q0 < kGatherSeqs ? a.n_seq - q0 : kGatherSeqs);
     float v[kGatherSeqs];
+    if (kind == FromFrame) {
+        const Pixel* p = frames + q0 * a.image_size + src;
 #pragma unroll
-    for (int k = 0; k < kGatherSeqs; ++k) {
-        const int64_t q = q0 + k;
-        if (k >= live) break;
-        if (kind == 0) {
-            v[k] = compress_pixel(frames[q * a.image_size + src]);
-        } else if (kind == 1) {
-            v[k] = kappa(a.h[(prev * a.n_seq + q) * a.h_total + src]);
-        } else if (kind == 2) {
-            v[k] = a.x[(prev * a.n_seq + q) * a.x_total + src];
-        } else {
-            v[k] = 1.0f;
-        }
+        for (int k = 0; k < kGatherSeqs; ++k)
+            if (k < live) v[k] = compress_pixel(p[k * a.image_size]);
+    } else if (kind == FromHidden) {
+        const float* p = a.h + (prev * a.n_seq + q0) * a.h_total + src;
+#pragma unroll
+        for (int k = 0; k < kGatherSeqs; ++k)
+            if (k < live) v[k] = kappa(p[k * a.h_total]);
+    } else if (kind == FromPrevious) {
+        const float* p = a.x + (prev * a.n_seq + q0) * a.x_total + src;
+#pragma unroll
+        for (int k = 0; k < kGatherSeqs; ++k)
+            if (k < live) v[k] = p[k * a.x_total];
+    } else {
+#pragma unroll
+        for (int k = 0; k < kGatherSeqs; ++k) v[k] = 1.0f;
     }
+    float* out = a.x + (cur * a.n_seq + q0) * a.x_total + i;
 #pragma unroll
     for (int k = 0; k < kGatherSeqs; ++k)
-        if (k < live) a.x[(cur * a.n_seq + q0 + k) * a.x_total + i] = v[k];
+        if (k < live) out[k * a.x_total] = v[k];
 }
 
 // The constant 1 of every hidden vector, and the raw context of feed-context mode (§3.10).
@@ -104,26 +116,37 @@ __global__ void assemble_hidden(StepArgs a) {
 // rings from error/delta_out apart, so a plain loop would wait for each load (188 -> 116 us at n_seq 256).
 constexpr int kSeqGroup = 8;
 
+// output_deltas splits the sequences into at most kDeltaGroups groups of whole kSeqGroup runs (one
+// group up to kSeqGroup sequences, so small batches sum their errors exactly as before).
+constexpr int64_t kDeltaGroups = 16;
+__host__ __device__ inline int64_t delta_group_seqs(int64_t n_seq) {
+    const int64_t runs = (n_seq + kSeqGroup - 1) / kSeqGroup;
+    const int64_t groups = runs < kDeltaGroups ? runs : kDeltaGroups;
+    return (runs + groups - 1) / groups * kSeqGroup;
+}
+__host__ __device__ inline int64_t delta_groups(int64_t n_seq, int64_t group_seqs) { return (n_seq + group_seqs - 1) / group_seqs; }
+
 // The copy-last-frame baseline of one layer-0 output: the sum over sequences (in order) of
 // (x(s)[target] - x(s-2)[base])^2, the difference in double. A loop of its own after output_deltas'
 // main one (repeating its target loads), in groups of 4: output_deltas then needs 64
 // registers, 4 blocks per SM as without the baseline; folded into the main loop it needed 70 (3 blocks).
 constexpr int kBaselineGroup = 4;
 
-__device__ double baseline_error(const StepArgs& a, int cur, int old, int64_t target, int64_t base) {
+__device__ double baseline_error(const StepArgs& a, int cur, int old, int64_t target, int64_t base, int64_t q_begin,
+                                 int64_t q_end) {
     double b2 = 0.0;
-    for (int64_t q0 = 0; q0 < a.n_seq; q0 += kBaselineGroup) {
+    for (int64_t q0 = q_begin; q0 < q_end; q0 += kBaselineGroup) {
         float t[kBaselineGroup], xo[kBaselineGroup];
 #pragma unroll
         for (int k = 0; k < kBaselineGroup; ++k) {
             const int64_t q = q0 + k;
-            if (q >= a.n_seq) break;
+            if (q >= q_end) break;
             t[k] = a.x[(cur * a.n_seq + q) * a.x_total + target];
             xo[k] = a.x[(old * a.n_seq + q) * a.x_total + base];
         }
 #pragma unroll
         for (int k = 0; k < kBaselineGroup; ++k) {
-            if (q0 + k >= a.n_seq) break;
+            if (q0 + k >= q_end) break;
             const double b = static_cast<double>(t[k]) - static_cast<double>(xo[k]);
             b2 += b * b;
         }
@@ -133,25 +156,31 @@ __device__ double baseline_error(const StepArgs& a, int cur, int old, int64_t ta
 
 // e = x(s)[target] - y(s-2); delta_out = g(y(s-2)) * e (after the opt_abs_diff sign quirk, §3.11).
 // For a layer-0 output also the copy-last-frame baseline's squared error, into baseline_sq.
+// Grid: x over outputs, y over groups of delta_group sequences, each group's squared errors summed
+// (in sequence order) into a row of error_sq / baseline_sq of its own; sum_unit_errors adds the rows
+// in group order. (One thread per output walking all 256 sequences: 147 us on an H200, small, at 22%
+// occupancy and 2.2 TB/s: too few threads to cover the loads' latency.)
 __global__ void output_deltas(StepArgs a) {
-    const int64_t s = *a.step;
+    const int64_t s = *a.step, g = blockIdx.y;
     const int cur = ring_slot(s), old = ring_slot(s - 2);
+    const int64_t q_begin = g * a.delta_group;
+    const int64_t q_end = q_begin + a.delta_group < a.n_seq ? q_begin + a.delta_group : a.n_seq;
     for (int64_t j = global_thread(); j < a.y_total; j += grid_threads()) {
         const int64_t target = a.target_src[j];
         double e2 = 0.0;
-        for (int64_t q0 = 0; q0 < a.n_seq; q0 += kSeqGroup) {
+        for (int64_t q0 = q_begin; q0 < q_end; q0 += kSeqGroup) {
             float yo[kSeqGroup], t[kSeqGroup];
 #pragma unroll
             for (int k = 0; k < kSeqGroup; ++k) {
                 const int64_t q = q0 + k;
-                if (q >= a.n_seq) break;
+                if (q >= q_end) break;
                 yo[k] = a.y[(old * a.n_seq + q) * a.y_total + j];
                 t[k] = a.x[(cur * a.n_seq + q) * a.x_total + target];
             }
 #pragma unroll
             for (int k = 0; k < kSeqGroup; ++k) {
                 const int64_t q = q0 + k;
-                if (q >= a.n_seq) break;
+                if (q >= q_end) break;
                 float e = t[k] - yo[k];
                 a.error[q * a.y_total + j] = e;
                 e2 += static_cast<double>(e) * static_cast<double>(e);
@@ -159,18 +188,23 @@ __global__ void output_deltas(StepArgs a) {
                 a.delta_out[q * a.y_total + j] = delta(yo[k], e, a.polynomial, static_cast<Derivative>(a.derivative));
             }
         }
-        a.error_sq[j] = e2;
+        a.error_sq[g * a.y_total + j] = e2;
         const int64_t base = a.baseline_src[j];
-        if (base >= 0) a.baseline_sq[j] = baseline_error(a, cur, old, target, base);
+        if (base >= 0) a.baseline_sq[g * a.y_total + j] = baseline_error(a, cur, old, target, base, q_begin, q_end);
     }
 }
 
-// The sums of v[0:M/2] and v[M/2:M] (two-step half, one-step half) into out[0], out[1]: thread-strided
-// partial sums, then a tree over the block (fixed order). Called by a whole block.
-__device__ void sum_halves(const double* v, int64_t M, double* out) {
+// The sums of v[0:M/2] and v[M/2:M] (two-step half, one-step half) into out[0], out[1], where v[j] is
+// the sum over the rows g < groups of row[g * stride + j] (in order): thread-strided partial sums,
+// then a tree over the block (fixed order). Called by a whole block.
+__device__ void sum_halves(const double* row, int64_t stride, int64_t groups, int64_t M, double* out) {
     const int64_t P = M / 2;
     double e2[2] = {0.0, 0.0};
-    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) e2[j < P ? 0 : 1] += v[j];
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+        double v = row[j];
+        for (int64_t g = 1; g < groups; ++g) v += row[g * stride + j];
+        e2[j < P ? 0 : 1] += v;
+    }
     __shared__ double part[2][kThreads];
     __syncthreads();  // a previous call's tree is done with part
     part[0][threadIdx.x] = e2[0];
@@ -192,9 +226,9 @@ __device__ void sum_halves(const double* v, int64_t M, double* out) {
 // One unit's squared-error sums per half from error_sq, and for a layer-0 unit the baseline's from
 // baseline_sq. Called by a whole block (u is the same for all its threads).
 __device__ void sum_unit_errors(const StepArgs& a, int64_t u) {
-    const int64_t M = a.y_off[u + 1] - a.y_off[u];
-    sum_halves(a.error_sq + a.y_off[u], M, a.unit_error + 2 * u);
-    if (u < a.layer_unit_range[1]) sum_halves(a.baseline_sq + a.y_off[u], M, a.unit_baseline + 2 * u);
+    const int64_t M = a.y_off[u + 1] - a.y_off[u], groups = delta_groups(a.n_seq, a.delta_group);
+    sum_halves(a.error_sq + a.y_off[u], a.y_total, groups, M, a.unit_error + 2 * u);
+    if (u < a.layer_unit_range[1]) sum_halves(a.baseline_sq + a.y_off[u], a.y_total, groups, M, a.unit_baseline + 2 * u);
 }
 
 // Per (layer, half) sums of squared errors: the unit sums (left in unit_error) of the bin's layer,

@@ -64,9 +64,9 @@ private:
     cudaStream_t stream_ = nullptr;
 
     // Topology on the device.
-    DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, x_src_, h_bias_, raw_dst_, raw_src_, target_src_,
+    DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, h_bias_, raw_dst_, raw_src_, target_src_,
         baseline_src_;
-    DeviceBuffer<int8_t> x_kind_;
+    DeviceBuffer<int32_t> x_gather_;  // per input entry: source | kind << kGatherKindShift
     DeviceBuffer<int32_t> y_unit_;
     DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
     // Tiles of the many-sequence products (unit_products.cuh): (unit, first m, first n), longest sums first.
