@@ -4,9 +4,13 @@
 //   update   G[r, c]    = sum_q lr*delta[r, q] x(s-2)[q, c]           (rows x columns,   k = sequences)
 // then V = mu V + G / n_seq, W = W + V, as weight_pass_multi does with one FMA chain per weight.
 //
-// Precision: 3xTF32. Every operand is split as hi = tf32(v), lo = tf32(v - hi), and a product is
-// hi*hi + hi*lo + lo*hi, accumulated in FP32 by the tensor core (the dropped lo*lo term is ~2^-22 of
-// the product). Measured (dev/cuda/weight_pass_multi.cu): h within 1.1e-6 of a double reference (FMA
+// Precision: 3xTF32. Every operand is split as hi = tf32(v), lo = v - hi (exact in FP32; the tensor
+// core reads its top 19 bits, truncating it to TF32: <= 2^-21 of v), and a product is hi*hi + hi*lo +
+// lo*hi, accumulated in FP32 by the tensor core (the dropped lo*lo term is ~2^-22 of the product).
+// Rounding lo as well (two more integer operations per operand) left every error the workbench
+// measures unchanged (dev/cuda/mma_products.cu: 2.1e-6, 2.5e-8, 7.0e-8 against 7.1e-8) and cost 1-3%:
+// the tensor core's FP32 accumulation dominates. Truncating hi as well (one operation fewer) was 2-3%
+// faster but moved the engine's errors (tiny n_seq 64 momentum 4.2e-7 -> 7.2e-7): rejected. Measured (dev/cuda/weight_pass_multi.cu): h within 1.1e-6 of a double reference (FMA
 // chains: 6e-8), W and V as exact as before; within the engine's tolerances (pvm-algorithm.md §3.12).
 // Deterministic: the tensor core's accumulation order is fixed for one device; no atomics.
 //
@@ -40,12 +44,12 @@ constexpr int kMmaStride = kMmaCols + 8;                    // staged row stride
 // instructions of mma_product were its FSETPs alone).
 __device__ __forceinline__ uint32_t tf32(float v) { return (__float_as_uint(v) + 0x1000u) & 0xffffe000u; }
 
-struct Split {  // v = hi + lo, both TF32
+struct Split {  // v = hi + lo, hi a TF32 value
     uint32_t hi, lo;
 };
 __device__ __forceinline__ Split split(float v) {
     const uint32_t hi = tf32(v);
-    return {hi, tf32(__fsub_rn(v, __uint_as_float(hi)))};
+    return {hi, __float_as_uint(__fsub_rn(v, __uint_as_float(hi)))};
 }
 
 // d += A B for one m16n8k8 TF32 product (A: a[0..3] row-major fragment, B: b[0..1]).
