@@ -92,13 +92,14 @@ void launch_multi(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels:
     PVM_CUDA_CHECK_LAUNCH();
 }
 
-// The tensor-core pass (8 <= n <= 64 sequences) in the bucket of 8, 16, 32 or 64 sequences:
+// The tensor-core pass (kMmaMinSeqs <= n <= 64 sequences) in the bucket of 8, 16, 32, 48 or 64 sequences:
 // f(std::integral_constant<int, NS>).
 template <class F>
 void by_mma_bucket(int64_t n, F&& f) {
     if (n <= 8) return f(std::integral_constant<int, 8>{});
     if (n <= 16) return f(std::integral_constant<int, 16>{});
     if (n <= 32) return f(std::integral_constant<int, 32>{});
+    if (n <= 48) return f(std::integral_constant<int, 48>{});
     return f(std::integral_constant<int, 64>{});
 }
 
