@@ -144,9 +144,9 @@ def test_native_cuda_matches_oracle(name, n_seq, derivative):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n_seq", [3, 16])
+@pytest.mark.parametrize("n_seq", [1, 3, 16])
 def test_native_cuda_feed_context_matches_reference(n_seq):
-    """Feed-context mode gives W1 rows of H+1+H|ctx| (a warp per row in the fused passes)."""
+    """Feed-context mode gives W1 rows of H+1+H|ctx| (a warp per row in the row passes)."""
     spec = transitions("tiny", 80).with_overrides({"feed_context_in_complex_layer": "1", "opt_abs_diff": "1"})
     ref, gpu = run_pair(spec, n_seq, 80, "cuda")
     assert max(relative_errors(ref.state(), gpu.state()).values()) <= 1e-4

@@ -507,7 +507,10 @@ __global__ void __launch_bounds__(kThreads, NS <= 4 ? 3 : 2) weight_pass_multi(S
     }
 }
 
-// n_seq = 1: groups of G lanes per row (G = 32 for W0's long rows, 8 for W1's rows of H+1).
+// n_seq = 1: groups of G lanes per row (G = 32 for W0's long rows, 8 for W1's rows of H+1). A row of
+// up to kSingleSlots * G floats is loaded at once: looping over W1's 50 floats in trips of 4 * G and
+// then one by one left three dependent round trips to memory per lane.
+constexpr int kSingleSlots = 8;
 template <class Row, int G>
 __global__ void __launch_bounds__(kThreads) weight_pass_single(StepArgs a) {
     static_assert(G >= 1 && G <= kWarp && (kWarp % G) == 0, "G divides the warp");
@@ -527,38 +530,65 @@ __global__ void __launch_bounds__(kThreads) weight_pass_single(StepArgs a) {
     const float lr = a.unit_lr[u], mu = a.unit_mu[u];
     const bool active = !(lr == 0.0f && mu == 0.0f);
     float acc = 0.0f;
-    int64_t i = lane;
-    for (; i + 3 * G < len; i += 4 * G) {
-        float w[4], v[4], x[4], xo[4];
+    if (len <= kSingleSlots * G) {  // a short row (W1's H+1): every load issued before any use
+        float w[kSingleSlots], v[kSingleSlots], x[kSingleSlots], xo[kSingleSlots];
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            w[t] = W[i + t * G];
-            v[t] = V[i + t * G];
-            x[t] = in[i + t * G];
-            xo[t] = in_old[i + t * G];
+        for (int t = 0; t < kSingleSlots; ++t) {
+            const int64_t j = lane + t * G;
+            if (j < len) {
+                w[t] = W[j];
+                v[t] = V[j];
+                x[t] = in[j];
+                xo[t] = in_old[j];
+            }
         }
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
+        for (int t = 0; t < kSingleSlots; ++t) {  // the same order of sums as the loops below
+            const int64_t j = lane + t * G;
+            if (j >= len) break;
             acc = __fadd_rn(acc, __fmul_rn(w[t], x[t]));
             if (active) {
                 v[t] = __fmaf_rn(mu, v[t], __fmul_rn(ld, xo[t]));
-                W[i + t * G] = __fadd_rn(w[t], v[t]);
-                V[i + t * G] = v[t];
+                W[j] = __fadd_rn(w[t], v[t]);
+                V[j] = v[t];
             } else if (v[t] != 0.0f) {
-                V[i + t * G] = 0.0f;
+                V[j] = 0.0f;
             }
         }
-    }
-    for (; i < len; i += G) {
-        const float w = W[i];
-        float v = V[i];
-        acc = __fadd_rn(acc, __fmul_rn(w, in[i]));
-        if (active) {
-            v = __fmaf_rn(mu, v, __fmul_rn(ld, in_old[i]));
-            W[i] = __fadd_rn(w, v);
-            V[i] = v;
-        } else if (v != 0.0f) {
-            V[i] = 0.0f;
+    } else {
+        int64_t i = lane;
+        for (; i + 3 * G < len; i += 4 * G) {
+            float w[4], v[4], x[4], xo[4];
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                w[t] = W[i + t * G];
+                v[t] = V[i + t * G];
+                x[t] = in[i + t * G];
+                xo[t] = in_old[i + t * G];
+            }
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                acc = __fadd_rn(acc, __fmul_rn(w[t], x[t]));
+                if (active) {
+                    v[t] = __fmaf_rn(mu, v[t], __fmul_rn(ld, xo[t]));
+                    W[i + t * G] = __fadd_rn(w[t], v[t]);
+                    V[i + t * G] = v[t];
+                } else if (v[t] != 0.0f) {
+                    V[i + t * G] = 0.0f;
+                }
+            }
+        }
+        for (; i < len; i += G) {
+            const float w = W[i];
+            float v = V[i];
+            acc = __fadd_rn(acc, __fmul_rn(w, in[i]));
+            if (active) {
+                v = __fmaf_rn(mu, v, __fmul_rn(ld, in_old[i]));
+                W[i] = __fadd_rn(w, v);
+                V[i] = v;
+            } else if (v != 0.0f) {
+                V[i] = 0.0f;
+            }
         }
     }
     for (int offset = G / 2; offset > 0; offset /= 2) acc = __fadd_rn(acc, __shfl_xor_sync(mask, acc, offset, G));
