@@ -1,4 +1,4 @@
-// The fused weight pass on tensor cores (the engine uses it for 9 to 64 sequences): one read of a unit's W and V per step
+// The fused weight pass on tensor cores (the engine uses it for 5 to 64 sequences, W1 up to 32): one read of a unit's W and V per step
 // serves every sequence, and both per-unit products run as mma.sync m16n8k8 over the sequences:
 //   forward  h(s)[r, q] = phi(sum_c W[r, c] x(s)[q, c])              (rows x sequences, k = columns)
 //   update   G[r, c]    = sum_q lr*delta[r, q] x(s-2)[q, c]           (rows x columns,   k = sequences)

@@ -4,7 +4,7 @@
 // warp 32 x kCols/4 as 2 x kCols/32 fragments of 16 x 8 (a B value split once serves two row fragments).
 // k advances in slabs of kSlab that stream through kStages stages of shared memory (cp.async): kStages - 1
 // slabs are in flight while one is multiplied. A fragment value is split where it is read, hi = tf32(v),
-// lo = tf32(v - hi). Row strides of 8 mod 32 words make the reads conflict-free.
+// lo = v - hi (split() in mma_pass.cuh). Row strides of 8 mod 32 words make the reads conflict-free.
 // Measured on an H200 (benchmarks/NOTES.md): slabs loaded into registers one ahead, as the FMA tiles
 // before this kernel did, kept too few bytes in flight (1 TB/s; no faster than FMAs); cvt.rna.tf32 and
 // per-copy address arithmetic were most of the instructions until tf32() and SlabCopies replaced them.
