@@ -100,9 +100,19 @@ inline bool report_check(const char* what, double err, double tol) {
     return err <= tol;
 }
 
-// Median time in microseconds of `reps` runs of launch(), each timed with events, after `warmup` runs.
-template <class F>
-double time_us(F&& launch, int warmup = 5, int reps = 50) {
+// Writes 256 MiB (more than any L2): what a kernel reads next comes from HBM, as in a step where the
+// other passes ran in between. Pass it as time_us's `before`.
+inline void flush_l2() {
+    static void* buf = nullptr;
+    constexpr size_t kBytes = size_t{256} << 20;
+    if (!buf) CHECK(cudaMalloc(&buf, kBytes));
+    CHECK(cudaMemsetAsync(buf, 0, kBytes));
+}
+
+// Median time in microseconds of `reps` runs of launch(), each timed with events, after `warmup` runs;
+// before() runs ahead of each timed run, outside the events.
+template <class F, class B = void (*)()>
+double time_us(F&& launch, int warmup = 5, int reps = 50, B before = [] {}) {
     for (int i = 0; i < warmup; ++i) launch();
     CHECK(cudaDeviceSynchronize());
     cudaEvent_t a, b;
@@ -110,6 +120,7 @@ double time_us(F&& launch, int warmup = 5, int reps = 50) {
     CHECK(cudaEventCreate(&b));
     std::vector<float> ms(reps);
     for (int i = 0; i < reps; ++i) {
+        before();
         CHECK(cudaEventRecord(a));
         launch();
         CHECK(cudaEventRecord(b));

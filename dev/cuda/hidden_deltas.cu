@@ -2,7 +2,8 @@
 // native/src/step_kernels.cuh), against a CPU reference, and timed.
 // small.json-like: 265 units, W1 blocks of M x 50 (M of 150..399 outputs), 49 hidden rows.
 // Checks lr * g(h(s-2)) * sum_j W1[j,k] delta_out[q,j] for every sequence and the per-unit squared
-// error sums, then reports the W1 read rate (W1 is read once for all sequences).
+// error sums, then reports the W1 read rate (W1 is read once for all sequences) at each U (rows per
+// trip), with L2 flushed before each run and without.
 //   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o hidden_deltas hidden_deltas.cu
 //   ./hidden_deltas [n_seq ...]        (default: 1 2 3 4 8)
 #include "common.h"
@@ -15,16 +16,18 @@ namespace {
 
 constexpr int64_t kUnits = 265, kHidden = 49, kK = kHidden + 1;
 
-template <int NS>
+template <int NS, int U>
 void launch(const StepArgs& a) {
-    hidden_deltas<NS><<<static_cast<unsigned>(kUnits), kThreads>>>(a);
+    hidden_deltas<NS, U><<<static_cast<unsigned>(kUnits), kThreads>>>(a);
 }
 
+// The kernel for n sequences at U rows per trip (0: the engine's choice, hd_unroll).
+template <int U = 0>
 void launch_bucket(const StepArgs& a, int64_t n) {
-    if (n <= 1) launch<1>(a);
-    else if (n <= 2) launch<2>(a);
-    else if (n <= 4) launch<4>(a);
-    else launch<8>(a);
+    if (n <= 1) launch<1, U ? U : hd_unroll<1>()>(a);
+    else if (n <= 2) launch<2, U ? U : hd_unroll<2>()>(a);
+    else if (n <= 4) launch<4, U ? U : hd_unroll<4>()>(a);
+    else launch<8, U ? U : hd_unroll<8>()>(a);
 }
 
 bool check_and_time(int64_t n) {
@@ -99,8 +102,16 @@ bool check_and_time(int64_t n) {
         if (!mask[i] && got[i] != -7.0f) untouched = false;
     std::printf("  %-28s %s\n", "bias entries untouched", untouched ? "ok" : "FAIL");
     ok &= untouched;
-    const double us = time_us([&] { launch_bucket(a, n); });
-    std::printf("  %.1f us, W1 read at %.2f TB/s, %.1f us per sequence\n", us, 4.0 * n_w / (us * 1e-6) / 1e12, us / n);
+    // W1 from HBM as in a step (the W0 pass runs in between), and from L2; the engine's U and the others.
+    const auto report = [&](const char* what, auto&& run) {
+        const double cold = time_us(run, 5, 50, flush_l2), warm = time_us(run);
+        std::printf("  %-10s %.1f us (W1 from L2: %.1f us), W1 read at %.2f TB/s, %.1f us per sequence\n", what, cold, warm,
+                    4.0 * n_w / (cold * 1e-6) / 1e12, cold / n);
+    };
+    report("engine", [&] { launch_bucket(a, n); });
+    report("U = 4", [&] { launch_bucket<4>(a, n); });
+    report("U = 8", [&] { launch_bucket<8>(a, n); });
+    report("U = 16", [&] { launch_bucket<16>(a, n); });
     return ok;
 }
 

@@ -261,14 +261,23 @@ __global__ void accumulate_metrics(StepArgs a) {
 // partial sums per sequence; then the groups' sums combine in order g = 0, 1, ...
 constexpr int kRowGroups = 4, kColumns = kThreads / kRowGroups;
 
+// Rows per trip of hidden_deltas<NS>: workbench (dev/cuda/hidden_deltas.cu), H200, W1 from HBM, U = 4 / 8 / 16:
+// 1 sequence 21.8 / 16.9 / 15.3 us, 2: 30.8 / 22.8 / 21.8, 4: 41.2 / 29.8 / 30.7, 8: 49.7 / 52.9 / 84.7.
 template <int NS>
+__host__ __device__ constexpr int hd_unroll() { return NS <= 2 ? 16 : NS <= 4 ? 8 : 4; }
+
+template <int NS, int U = hd_unroll<NS>()>
 __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
-    // U rows per unrolled trip; P interleaved partial sums per sequence: 4 for one or two sequences
-    // (for one, the order this kernel always summed in), one chain each from four on, where the
-    // sequences' chains give the adds their independence (workbench, H200: 4 sequences 22.7 -> 20.4 us,
-    // 16: 123 -> 56 us; 1 and 2 sequences slower with one chain: 14.8 -> 18.8 and 15.7 -> 25.5 us).
-    // Where the loads sit in the unrolled trip was measured too (the two comments in the loop).
-    constexpr int U = 4, P = NS <= 2 ? 4 : 1;
+    // U rows per unrolled trip (a multiple of 4, so that any U sums in the same order): the longest
+    // unit's thread walks its M / 4 rows in M / (4 U) dependent trips, so U sets how many loads are in
+    // flight; the last rows take one predicated trip with its loads issued together. P interleaved
+    // partial sums per sequence: 4 for one or two sequences (for one, the order this kernel always
+    // summed in), one chain each from four on, where the sequences' chains give the adds their
+    // independence (workbench, H200: 4 sequences 22.7 -> 20.4 us, 16: 123 -> 56 us; 1 and 2 sequences
+    // slower with one chain: 14.8 -> 18.8 and 15.7 -> 25.5 us). Where the loads sit in the unrolled
+    // trip was measured too (the two comments in the loop).
+    static_assert(U % 4 == 0, "U rows per trip keep the chains' order only as a multiple of 4");
+    constexpr int P = NS <= 2 ? 4 : 1;
     const int64_t s = *a.step, u = blockIdx.x;
     const int old = ring_slot(s - 2);
     const int g = threadIdx.x / kColumns, col = threadIdx.x % kColumns;
@@ -302,14 +311,16 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
                         if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * kRowGroups]));
                 }
             }
-            for (int t = 0; j < M; j += kRowGroups, ++t) {
-                const float w = W1[j * K + k];
+            if (j < M) {  // the last rows (fewer than U): one trip, loads first, adds where a row exists
+                float w[U];
 #pragma unroll
-                for (int tt = 0; tt < P; ++tt) {  // t % P as a compile-time index into p
-                    if (tt != t % P) continue;
+                for (int t = 0; t < U; ++t) w[t] = j + t * kRowGroups < M ? W1[(j + t * kRowGroups) * K + k] : 0.0f;
+#pragma unroll
+                for (int t = 0; t < U; ++t) {
+                    if (j + t * kRowGroups >= M) break;
 #pragma unroll
                     for (int q = 0; q < NS; ++q)
-                        if (q < n) p[tt][q] = __fadd_rn(p[tt][q], __fmul_rn(w, d[q * a.y_total + j]));
+                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * kRowGroups]));
                 }
             }
 #pragma unroll
