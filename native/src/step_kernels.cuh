@@ -518,11 +518,16 @@ __global__ void __launch_bounds__(kThreads, NS <= 4 ? 3 : 2) weight_pass_multi(S
     }
 }
 
-// n_seq = 1: groups of G lanes per row (G = 32 for W0's long rows, 8 for W1's rows of H+1). A row of
-// up to kSingleSlots * G floats is loaded at once: looping over W1's 50 floats in trips of 4 * G and
-// then one by one left three dependent round trips to memory per lane.
+// n_seq = 1: groups of G lanes per row (G = 32 for W0's long rows, 8 for W1's rows of H+1), U loads
+// of W, V and the two inputs per lane in flight per trip, and the row's last entries (fewer than U * G)
+// in one predicated trip whose loads go out together: a row of W1 (50 floats, 8 lanes, U = 8) is a
+// single trip; looping over it in trips of 4 * G and then one by one left three dependent round trips
+// to memory per lane. Any U sums in the same order: lane l adds entries l, l + G, l + 2G, ... in turn.
+// Workbench (dev/cuda/weight_pass_single.cu), H200, L2 flushed: W0 U = 4 / 8 / 16: 76.6 / 71.4 / 72.2 us;
+// W1 with 4 / 8 / 16 / 32 lanes per row: 39.4 / 27.3 / 32.6 / 36.7 us (computing W1's row address
+// without its unit, as the rows are packed, changed nothing: 27.1 us).
 constexpr int kSingleSlots = 8;
-template <class Row, int G>
+template <class Row, int G, int U = kSingleSlots>
 __global__ void __launch_bounds__(kThreads) weight_pass_single(StepArgs a) {
     static_assert(G >= 1 && G <= kWarp && (kWarp % G) == 0, "G divides the warp");
     const int64_t gid = global_thread();
@@ -541,12 +546,14 @@ __global__ void __launch_bounds__(kThreads) weight_pass_single(StepArgs a) {
     const float lr = a.unit_lr[u], mu = a.unit_mu[u];
     const bool active = !(lr == 0.0f && mu == 0.0f);
     float acc = 0.0f;
-    if (len <= kSingleSlots * G) {  // a short row (W1's H+1): every load issued before any use
-        float w[kSingleSlots], v[kSingleSlots], x[kSingleSlots], xo[kSingleSlots];
+    // One trip of U entries from i: all loads first (predicated where the row may end), then the sums
+    // and the update in order.
+    const auto trip = [&](int64_t i, bool full) {
+        float w[U], v[U], x[U], xo[U];
 #pragma unroll
-        for (int t = 0; t < kSingleSlots; ++t) {
-            const int64_t j = lane + t * G;
-            if (j < len) {
+        for (int t = 0; t < U; ++t) {
+            const int64_t j = i + t * G;
+            if (full || j < len) {
                 w[t] = W[j];
                 v[t] = V[j];
                 x[t] = in[j];
@@ -554,54 +561,22 @@ __global__ void __launch_bounds__(kThreads) weight_pass_single(StepArgs a) {
             }
         }
 #pragma unroll
-        for (int t = 0; t < kSingleSlots; ++t) {  // the same order of sums as the loops below
-            const int64_t j = lane + t * G;
-            if (j >= len) break;
+        for (int t = 0; t < U; ++t) {
+            const int64_t j = i + t * G;
+            if (!full && j >= len) break;
             acc = __fadd_rn(acc, __fmul_rn(w[t], x[t]));
             if (active) {
                 v[t] = __fmaf_rn(mu, v[t], __fmul_rn(ld, xo[t]));
                 W[j] = __fadd_rn(w[t], v[t]);
                 V[j] = v[t];
             } else if (v[t] != 0.0f) {
-                V[j] = 0.0f;
+                V[j] = 0.0f;  // a unit not yet enabled: its update is zero
             }
         }
-    } else {
-        int64_t i = lane;
-        for (; i + 3 * G < len; i += 4 * G) {
-            float w[4], v[4], x[4], xo[4];
-#pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                w[t] = W[i + t * G];
-                v[t] = V[i + t * G];
-                x[t] = in[i + t * G];
-                xo[t] = in_old[i + t * G];
-            }
-#pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                acc = __fadd_rn(acc, __fmul_rn(w[t], x[t]));
-                if (active) {
-                    v[t] = __fmaf_rn(mu, v[t], __fmul_rn(ld, xo[t]));
-                    W[i + t * G] = __fadd_rn(w[t], v[t]);
-                    V[i + t * G] = v[t];
-                } else if (v[t] != 0.0f) {
-                    V[i + t * G] = 0.0f;
-                }
-            }
-        }
-        for (; i < len; i += G) {
-            const float w = W[i];
-            float v = V[i];
-            acc = __fadd_rn(acc, __fmul_rn(w, in[i]));
-            if (active) {
-                v = __fmaf_rn(mu, v, __fmul_rn(ld, in_old[i]));
-                W[i] = __fadd_rn(w, v);
-                V[i] = v;
-            } else if (v != 0.0f) {
-                V[i] = 0.0f;
-            }
-        }
-    }
+    };
+    int64_t i = lane;
+    for (; i + (U - 1) * G < len; i += U * G) trip(i, true);
+    if (i < len) trip(i, false);
     for (int offset = G / 2; offset > 0; offset /= 2) acc = __fadd_rn(acc, __shfl_xor_sync(mask, acc, offset, G));
     if (lane == 0) *Row::output(a, cur, 0, r, u) = activation(acc, a.polynomial);
 }
