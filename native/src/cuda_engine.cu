@@ -438,10 +438,10 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
                     weight_pass_single<RowW1, kW1Lanes><<<blocks_for(t.y_total * kW1Lanes), T, 0, stream_>>>(a);
                 }
             } else {
-                launch_multi<RowW0, kWarp, 4>(n, w0_rows_, a, stream_);
+                launch_multi<RowW0, kWarp, 8>(n, w0_rows_, a, stream_);  // 8 per lane: see weight_pass_multi
                 mark("w0 forward+update");
                 if (long_w1_rows) {
-                    launch_multi<RowW1, kWarp, 4>(n, w1_rows_, a, stream_);
+                    launch_multi<RowW1, kWarp, 8>(n, w1_rows_, a, stream_);
                 } else {
                     launch_multi<RowW1, kW1Lanes, 8>(n, w1_rows_, a, stream_);
                 }

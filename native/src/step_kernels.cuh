@@ -418,7 +418,9 @@ __device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_
 // registers while chunk c is computed. From that one read of W and V, each lane computes the forward
 // sums of step s with the old W and the momentum update with
 // g = (sum over sequences, in order, of lr*delta * a(s-2)) * (1/n_seq). Each row's lr*delta of every
-// sequence sits in registers. Sequences past n_seq in the bucket are staged as zeros.
+// sequence sits in registers. Sequences past n_seq in the bucket are staged as zeros. D entries per
+// lane per chunk set the loads in flight: workbench (dev/cuda/weight_pass_multi.cu), H200, W0 from
+// HBM, D = 4 / 8: 2 sequences 100.0 / 76.3 us, 3: 92.4 / 81.6, 4: 94.0 / 83.3 (any D sums in one order).
 template <class Row, int G, int NS, int D>
 __global__ void __launch_bounds__(kThreads, NS <= 4 ? 3 : 2) weight_pass_multi(StepArgs a, const int32_t* __restrict__ blocks) {
     static_assert(G >= 1 && G <= kWarp && (kWarp % G) == 0, "G divides the warp");
