@@ -18,7 +18,7 @@ constexpr int64_t kUnits = 265, kHidden = 49, kK = kHidden + 1;
 
 template <int NS, int U>
 void launch(const StepArgs& a) {
-    hidden_deltas<NS, U><<<static_cast<unsigned>(kUnits), kThreads>>>(a);
+    hidden_deltas<NS, U><<<static_cast<unsigned>(2 * kUnits), kThreads>>>(a);  // units, then their error sums
 }
 
 // The kernel for n sequences at U rows per trip (0: the engine's choice, hd_unroll).

@@ -418,7 +418,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
         launch_output_deltas(a, stream_);
         PVM_CUDA_CHECK_LAUNCH();
         by_bucket(n, [&](auto bucket) {
-            hidden_deltas<decltype(bucket)::value><<<static_cast<unsigned>(t.n_units), T, 0, stream_>>>(a);
+            hidden_deltas<decltype(bucket)::value><<<static_cast<unsigned>(2 * t.n_units), T, 0, stream_>>>(a);  // + error sums
         });
         PVM_CUDA_CHECK_LAUNCH();
         accumulate_metrics<<<static_cast<unsigned>(2 * t.n_layers), kWarp, 0, stream_>>>(a);

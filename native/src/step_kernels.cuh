@@ -258,13 +258,17 @@ __global__ void accumulate_metrics(StepArgs a) {
 // by the unit's rate as the update uses it. One block per unit, and W1 read once for up to NS
 // sequences (n_seq <= NS, a compile-time bucket): thread (g, k) sums the rows j = g mod kRowGroups of
 // column k for every sequence (coalesced row reads; delta_out reads are broadcasts), in P interleaved
-// partial sums per sequence; then the groups' sums combine in order g = 0, 1, ...
+// partial sums per sequence; then the groups' sums combine in order g = 0, 1, ... Launched with
+// 2 n_units blocks: the second half sums the units' squared errors (for the metrics), which ahead of
+// the W1 loop in the unit's own block cost ~1.3 us at 1 and 2 sequences.
 constexpr int kRowGroups = 4, kColumns = kThreads / kRowGroups;
 
 // Rows per trip of hidden_deltas<NS>: workbench (dev/cuda/hidden_deltas.cu), H200, W1 from HBM, U = 4 / 8 / 16:
-// 1 sequence 21.8 / 16.9 / 15.3 us, 2: 30.8 / 22.8 / 21.8, 4: 41.2 / 29.8 / 30.7, 8: 49.7 / 52.9 / 84.7.
+// 1 sequence 20.0 / 19.6 / 14.1 us, 2: 28.7 / 30.1 / 20.1, 4: 39.6 / 51.0 / 29.9, 8: 79.7 / 51.4 / 89.1. The
+// best U moves with the code around the loop (before the error sums left the kernel's path: 4 at 8 sequences,
+// 8 at 4): re-measure after a change.
 template <int NS>
-__host__ __device__ constexpr int hd_unroll() { return NS <= 2 ? 16 : NS <= 4 ? 8 : 4; }
+__host__ __device__ constexpr int hd_unroll() { return NS <= 4 ? 16 : 8; }
 
 template <int NS, int U = hd_unroll<NS>()>
 __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
@@ -278,6 +282,10 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     // trip was measured too (the two comments in the loop).
     static_assert(U % 4 == 0, "U rows per trip keep the chains' order only as a multiple of 4");
     constexpr int P = NS <= 2 ? 4 : 1;
+    if (blockIdx.x >= a.n_units) {  // the second n_units blocks: the units' squared-error sums, off the W1 loop's path
+        sum_unit_errors(a, blockIdx.x - a.n_units);
+        return;
+    }
     const int64_t s = *a.step, u = blockIdx.x;
     const int old = ring_slot(s - 2);
     const int g = threadIdx.x / kColumns, col = threadIdx.x % kColumns;
@@ -287,7 +295,6 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     const float* __restrict__ d = a.delta_out + a.y_off[u];
     const float lr = a.unit_lr[u];
     __shared__ float part[kRowGroups][NS][kColumns];
-    sum_unit_errors(a, u);  // this unit's squared errors, for the metrics
 
     for (int64_t k0 = 0; k0 < H; k0 += kColumns) {
         const int64_t k = k0 + col;
@@ -305,7 +312,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
                     if constexpr (P == 1) w[t] = W1[(j + t * kRowGroups) * K + k];
 #pragma unroll
                 for (int t = 0; t < U; ++t) {
-                    if constexpr (P != 1) w[t] = W1[(j + t * kRowGroups) * K + k];  // (14.8 against 18.8 us at 1)
+                    if constexpr (P != 1) w[t] = W1[(j + t * kRowGroups) * K + k];  // (14.1 against 18.2 us at 1)
 #pragma unroll
                     for (int q = 0; q < NS; ++q)
                         if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * kRowGroups]));
