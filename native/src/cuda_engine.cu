@@ -113,11 +113,24 @@ void allow_mma_shared(int64_t n) {
     });
 }
 
+// Blocks of the pass of n sequences resident at once on the device (its SMs times blocks per SM).
+template <class Row>
+int64_t mma_slots(int64_t n, int device) {
+    int per_sm = 0, sms = 0;
+    by_mma_bucket(n, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels::weight_pass_mma<Row, NS>, kernels::kMmaThreads,
+                                                                     kernels::mma_shared_bytes<NS>()));
+    });
+    PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return int64_t{per_sm} * sms;
+}
+
 template <class Row>
 void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, cudaStream_t stream) {
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
-        kernels::weight_pass_mma<Row, NS><<<static_cast<unsigned>(blocks.size() / 3), kernels::kMmaThreads,
+        kernels::weight_pass_mma<Row, NS><<<static_cast<unsigned>(blocks.size() / kernels::kMmaBlockInts), kernels::kMmaThreads,
                                             kernels::mma_shared_bytes<NS>(), stream>>>(a, blocks.data());
     });
     PVM_CUDA_CHECK_LAUNCH();
@@ -191,13 +204,16 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
     const bool mma = n >= kMmaMinSeqs && n <= kMmaMaxSeqs;
     if (mma) {
-        w0_rows_ = DeviceBuffer<int32_t>(row_blocks(
-            t.n_units, kernels::kMmaRows, [&](int64_t) { return t.hidden; }, [&](int64_t u) { return t.inputs(u); }));
-        w1_rows_ = DeviceBuffer<int32_t>(row_blocks(
-            t.n_units, kernels::kMmaRows, [&](int64_t u) { return t.outputs(u); },
-            [&](int64_t u) { return t.hidden_len(u); }));
         allow_mma_shared<kernels::RowW0>(n);
         if (n <= kMmaW1MaxSeqs) allow_mma_shared<kernels::RowW1>(n);
+        const kernels::MmaBlocks w0 = kernels::mma_blocks(
+            t.n_units, mma_slots<kernels::RowW0>(n, device_), [&](int64_t) { return t.hidden; },
+            [&](int64_t u) { return t.inputs(u); });
+        w0_rows_ = DeviceBuffer<int32_t>(w0.list);
+        mma_partial_ = DeviceBuffer<float>(w0.most_parts > 1 ? w0.most_parts * n * t.n_units * t.hidden : 1);
+        mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(w0.groups, 0));
+        w1_rows_ = DeviceBuffer<int32_t>(kernels::mma_blocks(  // W1's rows of H+1 (or H+1+H|ctx|): not split
+            t.n_units, 0, [&](int64_t u) { return t.outputs(u); }, [&](int64_t u) { return t.hidden_len(u); }).list);
     } else if (n > 1 && n < kMmaMinSeqs) {
         const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w0_rows_ = DeviceBuffer<int32_t>(row_blocks(
@@ -391,6 +407,8 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     a.unit_mu = unit_mu_.data();
     a.delta_out = lr_delta_out_.data();
     a.lr_delta_hidden = lr_delta_hidden_.data();
+    a.mma_partial = mma_partial_.data();
+    a.mma_count = mma_count_.data();
     a.error = error_.data();
     a.error_sq = error_sq_.data();
     a.metric_sums = metric_sums_.data();

@@ -20,7 +20,10 @@
 // (a sum may take its terms in any order), the A operand of the forward.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <vector>
 
 #include "step_kernels.cuh"
 
@@ -77,7 +80,44 @@ __host__ __device__ constexpr int mma_stage_floats() { return (2 * kMmaRows + 2 
 template <int NS>
 __host__ __device__ constexpr size_t mma_shared_bytes() { return sizeof(float) * kMmaStages * mma_stage_floats<NS>(); }
 
-// Blocks listed by the host as (unit, first row, end row), at most kMmaRows rows; NS a multiple of 8
+// The blocks of weight_pass_mma, kMmaBlockInts each: (unit, first row, end row, part, parts, group).
+// A unit's rows go in runs of at most kMmaRows (a group each). Given `slots` (blocks resident at once on
+// the device; 0: never split), a run of more chunks (kMmaCols columns) than the mean load of a slot is
+// split into `parts` near-equal ranges of whole chunks, one block each; blocks of most chunks first.
+// Small's W0 at 5-32 sequences (265 runs for 264 slots, 65 chunks in the longest against a mean of 34)
+// waited on its longest units while the other SMs ran out of work: +4-7% frames/s split. Where the runs
+// already fill several waves (med, LARGE) no run is longer than the mean load, and splitting anyway at
+// 34 chunks cost 2-8%. A split run's sums differ in rounding from one block's (and the split follows
+// the device's SM count); one device's runs stay bit-identical.
+constexpr int kMmaBlockInts = 6;
+struct MmaBlocks {
+    std::vector<int32_t> list;
+    int64_t groups = 0, most_parts = 1;
+};
+template <class Rows, class Length>
+MmaBlocks mma_blocks(int64_t n_units, int64_t slots, Rows rows, Length length) {
+    const auto chunks_of = [&](int64_t u) { return (length(u) + kMmaCols - 1) / kMmaCols; };
+    int64_t total = 0;
+    for (int64_t u = 0; u < n_units; ++u) total += (rows(u) + kMmaRows - 1) / kMmaRows * chunks_of(u);
+    const int64_t max_chunks = slots > 0 ? std::max<int64_t>(1, (total + slots - 1) / slots) : total + 1;
+    std::vector<std::array<int64_t, 7>> blocks;  // (chunks, unit, r0, r1, part, parts, group)
+    MmaBlocks out;
+    for (int64_t u = 0; u < n_units; ++u) {
+        const int64_t R = rows(u), runs = (R + kMmaRows - 1) / kMmaRows, chunks = chunks_of(u);
+        const int64_t parts = (chunks + max_chunks - 1) / max_chunks;
+        out.most_parts = std::max(out.most_parts, parts);
+        for (int64_t run = 0; run < runs; ++run, ++out.groups)
+            for (int64_t p = 0; p < parts; ++p)
+                blocks.push_back({(p + 1) * chunks / parts - p * chunks / parts, u, run * R / runs, (run + 1) * R / runs, p,
+                                  parts, out.groups});
+    }
+    std::stable_sort(blocks.begin(), blocks.end(), [](const auto& x, const auto& y) { return x[0] > y[0]; });
+    for (const auto& b : blocks)
+        for (int k = 1; k < 7; ++k) out.list.push_back(static_cast<int32_t>(b[k]));
+    return out;
+}
+
+// Blocks listed by the host as mma_blocks makes them, at most kMmaRows rows; NS a multiple of 8
 // with n_seq <= NS (spare sequences staged as zeros with lr*delta 0: they add nothing). Launched with
 // mma_shared_bytes<NS>() of dynamic shared memory. Chunks of kMmaCols columns stream through
 // kMmaStages stages (cp.async): chunk i+2's W, V and inputs are in flight while chunk i is computed
@@ -91,8 +131,9 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
     const int tile = warp % kMmaTiles, slot = warp / kMmaTiles;
     const int g = lane / 4, t = lane % 4;
-    const int64_t u = blocks[3 * blockIdx.x];
-    const int r_begin = blocks[3 * blockIdx.x + 1], r_end = blocks[3 * blockIdx.x + 2], rows = r_end - r_begin;
+    const int32_t* block = blocks + kMmaBlockInts * blockIdx.x;
+    const int64_t u = block[0];
+    const int r_begin = block[1], r_end = block[2], rows = r_end - r_begin, part = block[3], parts = block[4];
     const int64_t s = *a.step;
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     const int n = static_cast<int>(a.n_seq);
@@ -126,7 +167,8 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-    const int64_t n_chunks = (len + kMmaCols - 1) / kMmaCols;
+    const int64_t all_chunks = (len + kMmaCols - 1) / kMmaCols;  // this block's: [c_begin, n_chunks)
+    const int64_t c_begin = part * all_chunks / parts, n_chunks = (part + 1) * all_chunks / parts;
     // Chunk i into stage i % kMmaStages: W, V of the live rows (columns past the row's end as zeros: the
     // forward would multiply them), then the inputs (sequences past n_seq as zeros). Always commits a group.
     const int col = static_cast<int>(threadIdx.x % kMmaCols), lane_row = static_cast<int>(threadIdx.x / kMmaCols);
@@ -153,8 +195,8 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         copy_async_commit();
     };
 
-    for (int i = 0; i < kMmaStages - 1; ++i) fetch(i);
-    for (int64_t i = 0; i < n_chunks; ++i) {
+    for (int i = 0; i < kMmaStages - 1; ++i) fetch(c_begin + i);
+    for (int64_t i = c_begin; i < n_chunks; ++i) {
         copy_async_wait<kMmaStages - 2>();  // chunk i has landed (this thread's copies) ...
         __syncthreads();                    // ... and every thread's; all are done with chunk i-1's stage
         fetch(i + kMmaStages - 1);
@@ -221,24 +263,47 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     static_assert(kMmaTiles * NT * 4 * kWarp <= mma_stage_floats<NS>(), "the partial sums fit one stage");
     copy_async_wait<0>();
     __syncthreads();  // every warp is done with the stages
-    float* part = smem + tile * (NT * 4 * kWarp);
+    float* sums = smem + tile * (NT * 4 * kWarp);
     if (slot == 1)
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) part[(j * 4 + e) * kWarp + lane] = acc[j][e];
+            for (int e = 0; e < 4; ++e) sums[(j * 4 + e) * kWarp + lane] = acc[j][e];
     __syncthreads();
-    if (slot == 1) return;
+    if (slot == 0) {
+        const int64_t R = Row::rows(a);
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+        for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int q = 8 * j + 2 * t + (e % 2);
-            const bool row_ok = e < 2 ? live0 : live1;
-            if (q < n && row_ok)
-                *Row::output(a, cur, q, first + r_begin + (e < 2 ? lr0 : lr1), u) =
-                    activation(__fadd_rn(acc[j][e], part[(j * 4 + e) * kWarp + lane]), a.polynomial);
-        }
+            for (int e = 0; e < 4; ++e) {
+                const int q = 8 * j + 2 * t + (e % 2);
+                const bool row_ok = e < 2 ? live0 : live1;
+                if (q >= n || !row_ok) continue;
+                const int64_t r = first + r_begin + (e < 2 ? lr0 : lr1);
+                const float total = __fadd_rn(acc[j][e], sums[(j * 4 + e) * kWarp + lane]);
+                if (parts == 1) *Row::output(a, cur, q, r, u) = activation(total, a.polynomial);
+                else a.mma_partial[(static_cast<int64_t>(part) * n + q) * R + r] = total;
+            }
+    }
+    if (parts == 1) return;
+
+    // A split run: the last of its blocks to finish adds the parts' sums in part order (a fixed order,
+    // whichever block is last) and leaves the run's counter at zero for the next step.
+    __shared__ bool last;
+    __threadfence();  // this block's sums are visible device-wide before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.mma_count + block[5], 1) == parts - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int64_t R = Row::rows(a);
+    for (int e = threadIdx.x; e < rows * n; e += kMmaThreads) {
+        const int64_t q = e / rows, r = first + r_begin + e % rows;
+        float total = __ldcg(a.mma_partial + q * R + r);
+        for (int p = 1; p < parts; ++p) total = __fadd_rn(total, __ldcg(a.mma_partial + (p * n + q) * R + r));
+        *Row::output(a, cur, q, r, u) = activation(total, a.polynomial);
+    }
+    if (threadIdx.x == 0) a.mma_count[block[5]] = 0;
 }
 
 }  // namespace kernels

@@ -30,6 +30,8 @@ struct StepArgs {
     float *weights, *velocity, *x, *h, *y;
     const float *unit_lr, *unit_mu;
     float *delta_out, *lr_delta_hidden, *error;
+    float* mma_partial;                // weight_pass_mma, a split run: per part p, sequence q, row r the part's forward sum
+    int32_t* mma_count;                // weight_pass_mma: per run (group), its blocks done this step (0 between steps)
     double* error_sq;                  // per sequence group g, output j: sum over g's sequences (in order) of error^2
     double* metric_sums;
     double* unit_error;                // per unit: sum of squared errors of the two-step and one-step halves

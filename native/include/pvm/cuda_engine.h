@@ -78,6 +78,8 @@ private:
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
     DeviceBuffer<float> lr_delta_out_, lr_delta_hidden_, error_;
+    DeviceBuffer<float> mma_partial_;   // weight_pass_mma: the forward sums of split runs, per part
+    DeviceBuffer<int32_t> mma_count_;   // weight_pass_mma: per run, its blocks done this step
     DeviceBuffer<double> metric_sums_, unit_error_, error_sq_;
     DeviceBuffer<double> baseline_sums_, unit_baseline_, baseline_sq_;  // the copy-last-frame baseline (layer 0)
     DeviceBuffer<int64_t> step_, metric_steps_;
