@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
                 8.0 * L.n_weights / 1e6, copy_bw / 1e12);
     bool ok = true;
     const Version multi{"weight_pass_multi (FMA), D = 4", 8, launch_multi<4>, 1e-6},
-        multi8{"weight_pass_multi (FMA), D = 8", 8, launch_multi<8>, 1e-6},
+        multi8{"weight_pass_multi (FMA), D = 8 (the engine at 2-4)", 8, launch_multi<8>, 1e-6},
         mma{"weight_pass_mma (3xTF32), long runs split (engine)", 0, launch_mma_bucket, 2e-6, true},  // TF32 pairs keep 22 of 24 bits
         mma_unit{"weight_pass_mma, a block per unit", 0, launch_mma_bucket, 2e-6, false};
     for (int64_t n : seqs) {
