@@ -427,8 +427,10 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     assemble_inputs<Pixel><<<dim3(blocks_for(t.x_total), static_cast<unsigned>((n + kGatherSeqs - 1) / kGatherSeqs)), T, 0,
                              stream_>>>(a, d_frames);
     PVM_CUDA_CHECK_LAUNCH();
-    assemble_hidden<<<dim3(blocks_for(t.n_units + a.n_raw), seqs), T, 0, stream_>>>(a);
-    PVM_CUDA_CHECK_LAUNCH();
+    if (a.n_raw > 0) {  // feed-context mode; the hidden vectors' constant 1s stay put (set_hidden_bias)
+        assemble_hidden<<<dim3(blocks_for(a.n_raw), seqs), T, 0, stream_>>>(a);
+        PVM_CUDA_CHECK_LAUNCH();
+    }
     mark("gather");
     if (n >= kProductSeqs) {
         enqueue_products(a, mark);
@@ -604,6 +606,12 @@ void CudaEngine::write(const std::string& name, const float* in) {
     PVM_CUDA_CHECK(cudaSetDevice(device_));
     auto& b = buffer(name);
     PVM_CUDA_CHECK(cudaMemcpyAsync(b.data(), in, b.bytes(), cudaMemcpyHostToDevice, stream_));
+    if (&b == &h_) {  // the steps never write the constant 1s: put them back in every ring slot
+        const Topology& t = topo_;
+        kernels::set_hidden_bias<<<dim3(blocks_for(t.n_units), static_cast<unsigned>(kernels::kRing * cfg_.n_seq)), kernels::kThreads, 0,
+                                   stream_>>>(h_.data(), h_bias_.data(), t.n_units, t.h_total);
+        PVM_CUDA_CHECK_LAUNCH();
+    }
     PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

@@ -98,20 +98,20 @@ __global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames) {
         if (k < live) out[k * a.x_total] = v[k];
 }
 
-// The constant 1 of every hidden vector, and the raw context of feed-context mode (§3.10).
+// The raw context of feed-context mode (§3.10), launched only in that mode. The constant 1 of every
+// hidden vector needs no pass per step: no kernel writes those entries, the rings start all ones, and
+// set_hidden_bias puts them back after the host writes h (a launch fewer per step).
 __global__ void assemble_hidden(StepArgs a) {
     const int64_t s = *a.step, q = seq_index();
     const int cur = ring_slot(s), prev = ring_slot(s - 1);
-    const int64_t per_seq = a.n_units + a.n_raw;
-    for (int64_t i = global_thread(); i < per_seq; i += grid_threads()) {
-        float* hc = a.h + (cur * a.n_seq + q) * a.h_total;
-        if (i < a.n_units) {
-            hc[a.h_bias[i]] = 1.0f;
-        } else {
-            const int64_t r = i - a.n_units;
-            hc[a.raw_dst[r]] = a.h[(prev * a.n_seq + q) * a.h_total + a.raw_src[r]];
-        }
-    }
+    float* hc = a.h + (cur * a.n_seq + q) * a.h_total;
+    for (int64_t r = global_thread(); r < a.n_raw; r += grid_threads())
+        hc[a.raw_dst[r]] = a.h[(prev * a.n_seq + q) * a.h_total + a.raw_src[r]];
+}
+
+// The constant 1 of every hidden vector: block row y sets vector y (ring slot x sequence) of h_total entries.
+__global__ void set_hidden_bias(float* h, const int64_t* __restrict__ h_bias, int64_t n_units, int64_t h_total) {
+    for (int64_t i = global_thread(); i < n_units; i += grid_threads()) h[blockIdx.y * h_total + h_bias[i]] = 1.0f;
 }
 
 // Loads of kSeqGroup sequences are issued before their stores (or sums): the compiler cannot tell the
