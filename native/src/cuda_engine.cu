@@ -370,7 +370,7 @@ void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, Mark& mark) {
 }
 
 template <class Pixel, class Mark>
-void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
+void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_frames, int64_t first) {
     const Topology& t = topo_;
     const int64_t n = cfg_.n_seq;
     kernels::StepArgs a{};
@@ -425,7 +425,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark) {
     const int T = kThreads;
     const unsigned seqs = static_cast<unsigned>(n);
     assemble_inputs<Pixel><<<dim3(blocks_for(t.x_total), static_cast<unsigned>((n + kGatherSeqs - 1) / kGatherSeqs)), T, 0,
-                             stream_>>>(a, d_frames);
+                             stream_>>>(a, d_frames, n_frames, first);
     PVM_CUDA_CHECK_LAUNCH();
     if (a.n_raw > 0) {  // feed-context mode; the hidden vectors' constant 1s stay put (set_hidden_bias)
         assemble_hidden<<<dim3(blocks_for(a.n_raw), seqs), T, 0, stream_>>>(a);
@@ -532,7 +532,7 @@ void CudaEngine::use_dataset(const uint8_t* frames, int64_t n_frames, int64_t fi
     dataset_ = frames;
     dataset_frames_ = n_frames;
     dataset_first_ = first_step;
-    delete graph_dataset_;  // its copy kernel captured the old address
+    delete graph_dataset_;  // its first kernel captured the old address
     graph_dataset_ = nullptr;
 }
 
@@ -541,10 +541,7 @@ void CudaEngine::run_dataset(int64_t n_steps) {
     PVM_CUDA_CHECK(cudaSetDevice(device_));
     if (graph_dataset_ == nullptr) {
         graph_dataset_ = new CudaGraph(stream_, [&] {
-            kernels::select_frame<<<blocks_for(frame_block()), kernels::kThreads, 0, stream_>>>(
-                dataset_, dataset_frames_, dataset_first_, step_.data(), frames_u8_.data(), frame_block());
-            PVM_CUDA_CHECK_LAUNCH();
-            enqueue_step(frames_u8_.data(), [](const char*) {});
+            enqueue_step(dataset_, [](const char*) {}, dataset_frames_, dataset_first_);  // the step's block read in place
         });
     }
     for (int64_t i = 0; i < n_steps; ++i) {

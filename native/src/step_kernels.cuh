@@ -62,11 +62,19 @@ __device__ __forceinline__ int64_t seq_index() { return blockIdx.y; }
 constexpr int kGatherSeqs = 8;
 constexpr int kGatherKindShift = 30;
 
+// frames: this step's n_seq frames, or with n_frames > 0 a device-resident dataset of n_frames such
+// blocks, of which the step takes block (step - first) mod n_frames (read from the step counter on the
+// device, so that one captured graph serves every step, with no copy of the block first).
 template <class Pixel>
-__global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames) {
+__global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames, int64_t n_frames, int64_t first) {
     const int64_t i = global_thread(), q0 = int64_t{blockIdx.y} * kGatherSeqs;
     if (i >= a.x_total) return;
     const int64_t s = *a.step;
+    if (n_frames > 0) {
+        int64_t b = (s - first) % n_frames;
+        if (b < 0) b += n_frames;
+        frames += b * a.n_seq * a.image_size;
+    }
     const int cur = ring_slot(s), prev = ring_slot(s - 1);
     const int32_t packed = a.x_gather[i];
     const int64_t src = packed & ((int32_t{1} << kGatherKindShift) - 1);
@@ -354,18 +362,6 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
 }
 
 __global__ void advance_step(StepArgs a) { *a.step += 1; }
-
-// The frames of this step from a device-resident dataset: block (step - first) mod n_frames, read
-// from the step counter on the device so that one captured graph serves every step.
-__global__ void select_frame(const uint8_t* dataset, int64_t n_frames, int64_t first, const int64_t* step,
-                             uint8_t* frames, int64_t block) {
-    int64_t b = (*step - first) % n_frames;
-    if (b < 0) b += n_frames;
-    const uint8_t* src = dataset + b * block;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < block;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-        frames[i] = src[i];
-}
 
 // ----------------------------------------------------------------------------------------------
 // The fused weight passes: one warp per weight row reads W and V once, computing the forward dot

@@ -47,9 +47,11 @@ public:
 private:
     template <class Pixel>
     void step(const Pixel* frames);
-    // Enqueue one step's kernels; mark(phase) is called after each phase (for profiling).
+    // Enqueue one step's kernels; mark(phase) is called after each phase (for profiling). With n_frames
+    // > 0, d_frames is a device dataset of n_frames blocks of n_seq frames and the step reads block
+    // (step - first) mod n_frames in place.
     template <class Pixel, class Mark>
-    void enqueue_step(const Pixel* d_frames, Mark&& mark);
+    void enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_frames = 0, int64_t first = 0);
     template <class Mark>
     void enqueue_products(const kernels::StepArgs& a, Mark& mark);
     template <class Mark>
