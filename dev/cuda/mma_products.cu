@@ -6,8 +6,8 @@
 // copy rate.
 //   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o mma_products mma_products.cu
 //   ./mma_products [n_seq ...]        (default: 64 256)
-#include "common.h"
 #include "../../native/src/mma_products.cuh"
+#include "step_state.h"
 
 #include <array>
 #include <functional>
@@ -17,31 +17,6 @@ using namespace pvm;
 using namespace pvm::kernels;
 
 namespace {
-
-constexpr int64_t kUnits = 265, kHidden = 49;
-
-struct Layout {
-    std::vector<int64_t> x_off{0}, y_off{0}, h_off{0}, w0_off{0}, w1_off;
-    int64_t x_total = 0, y_total = 0, h_total = 0, n_w0 = 0, n_weights = 0;
-    Layout() {
-        for (int64_t u = 0; u < kUnits; ++u) {
-            x_off.push_back(x_off.back() + 700 + (u * 37) % 800);
-            y_off.push_back(y_off.back() + 150 + (u * 53) % 260);
-            h_off.push_back(h_off.back() + kHidden + 1);
-            w0_off.push_back(w0_off.back() + kHidden * (x_off[u + 1] - x_off[u]));
-        }
-        x_total = x_off.back();
-        y_total = y_off.back();
-        h_total = h_off.back();
-        n_w0 = w0_off.back();
-        int64_t w = n_w0;
-        for (int64_t u = 0; u < kUnits; ++u) {
-            w1_off.push_back(w);
-            w += (y_off[u + 1] - y_off[u]) * (kHidden + 1);
-        }
-        n_weights = w;
-    }
-};
 
 // (unit, first m, first n) tiles as product_tiles in cuda_engine.cu lists them, heaviest first.
 std::vector<int32_t> tiles(int cols, const std::function<std::array<int64_t, 3>(int64_t)>& mnk) {
@@ -56,31 +31,6 @@ std::vector<int32_t> tiles(int cols, const std::function<std::array<int64_t, 3>(
     for (const auto& e : t) out.insert(out.end(), {static_cast<int32_t>(e[1]), static_cast<int32_t>(e[2]), static_cast<int32_t>(e[3])});
     return out;
 }
-
-// The device state of one step; fresh copies per run so that the updates start from the same W and V.
-struct State {
-    std::vector<float> w, v, x, h, y, d, ldh, lr, mu;
-    State(const Layout& L, int64_t n) {
-        w.resize(L.n_weights);
-        v.resize(L.n_weights);
-        x.resize(kRing * n * L.x_total);
-        h.resize(kRing * n * L.h_total);
-        y.assign(kRing * n * L.y_total, -7.0f);
-        d.resize(n * L.y_total);
-        ldh.resize(n * L.h_total);
-        lr.resize(kUnits);
-        mu.resize(kUnits);
-        fill_uniform(w, -0.1f, 0.1f, 1);
-        fill_uniform(v, -0.01f, 0.01f, 2);
-        fill_uniform(x, 0.1f, 0.9f, 3);
-        fill_uniform(h, 0.1f, 0.9f, 4);
-        fill_uniform(d, -0.05f, 0.05f, 5);
-        fill_uniform(ldh, -0.01f, 0.01f, 6);
-        fill_uniform(mu, 0.05f, 0.15f, 7);
-        for (int64_t u = 0; u < kUnits; ++u) lr[u] = u % 17 == 0 ? 0.0f : 0.002f;  // some units not yet learning
-        for (int64_t u = 0; u < kUnits; u += 17) mu[u] = 0.0f;
-    }
-};
 
 constexpr int64_t kStep = 5;  // ring slots: cur = 2, old = 0
 constexpr int kCur = kStep % kRing, kOld = (kStep - 2) % kRing;
@@ -152,34 +102,6 @@ Expected update_ref(const Layout& L, const State& S, int64_t n, bool w0) {
     return out;
 }
 
-StepArgs upload(DeviceScope& dev, const Layout& L, const State& S, int64_t n) {
-    StepArgs a{};
-    a.n_seq = n;
-    a.n_units = kUnits;
-    a.hidden = kHidden;
-    a.x_total = L.x_total;
-    a.y_total = L.y_total;
-    a.h_total = L.h_total;
-    a.polynomial = true;
-    a.derivative = 0;
-    a.x_off = dev.put(L.x_off);
-    a.y_off = dev.put(L.y_off);
-    a.h_off = dev.put(L.h_off);
-    a.w0_off = dev.put(L.w0_off);
-    a.w1_off = dev.put(L.w1_off);
-    a.weights = dev.put(S.w);
-    a.velocity = dev.put(S.v);
-    a.x = dev.put(S.x);
-    a.h = dev.put(S.h);
-    a.y = dev.put(S.y);
-    a.delta_out = dev.put(S.d);
-    a.lr_delta_hidden = dev.put(S.ldh);
-    a.unit_lr = dev.put(S.lr);
-    a.unit_mu = dev.put(S.mu);
-    a.step = dev.put(std::vector<int64_t>{kStep});
-    return a;
-}
-
 // What a product writes, read back: the h, y or lr*delta_h buffer, or W and V.
 std::vector<float> result(const StepArgs& a, const Layout& L, int64_t n, int which) {
     switch (which) {
@@ -208,7 +130,7 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
     auto one = [&](auto shape) {
         using Shape = decltype(shape);
         DeviceScope dev;
-        const StepArgs a = upload(dev, L, S, n);
+        const StepArgs a = upload(dev, L, S, n, kStep);
         const auto t = tiles(Shape::kCols, mnk);
         const int32_t* d = dev.put(t);
         CHECK(cudaFuncSetAttribute(mma_product<P, Shape>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -241,7 +163,7 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
 
 int main(int argc, char** argv) {
     const std::vector<int64_t> seqs = parse_seqs(argc, argv, {64, 256}, 9, 4096);
-    const Layout L;
+    const Layout L([](int64_t u) { return 700 + (u * 37) % 800; }, [](int64_t u) { return 150 + (u * 53) % 260; });
     const double copy_bw = copy_bandwidth(size_t{1} << 30);
     const double w0 = static_cast<double>(L.n_w0), w1 = static_cast<double>(L.n_weights - L.n_w0);
     std::printf("%ld W0 and %ld W1 weights; copy bandwidth %.2f TB/s\n", static_cast<long>(L.n_w0),

@@ -7,34 +7,18 @@
 // (16 bytes per weight: W, V read and written) against the device-to-device copy bandwidth.
 //   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o weight_pass_multi weight_pass_multi.cu
 //   ./weight_pass_multi [n_seq ...]        (default: 2 4 8 13 16 32 64)
-#include "common.h"
 #include "../../native/src/mma_pass.cuh"
-#include "../../native/src/step_kernels.cuh"
+#include "step_state.h"
 
 using namespace pvm;
 using namespace pvm::kernels;
 
 namespace {
 
-constexpr int64_t kUnits = 265, kHidden = 49;
-
-struct Layout {
-    std::vector<int64_t> x_off{0}, h_off{0}, w0_off{0};
-    int64_t x_total = 0, h_total = 0, n_weights = 0;
-    Layout() {
-        for (int64_t u = 0; u < kUnits; ++u) {
-            // 788..1425 inputs (odd and even lengths), and every 20th unit 2059: small.json's spread
-            // (442..2059, mean 1084, 10-90% 788..1425), where the longest units set the pass's time.
-            const int64_t len = u % 20 == 0 ? 2059 : 788 + (u * 37) % 638;
-            x_off.push_back(x_off.back() + len);
-            h_off.push_back(h_off.back() + kHidden + 1);
-            w0_off.push_back(w0_off.back() + kHidden * len);
-        }
-        x_total = x_off.back();
-        h_total = h_off.back();
-        n_weights = w0_off.back();
-    }
-};
+// 788..1425 inputs (odd and even lengths), and every 20th unit 2059: small.json's spread (442..2059,
+// mean 1084, 10-90% 788..1425), where the longest units set the pass's time. (The outputs serve no W0 row.)
+int64_t inputs(int64_t u) { return u % 20 == 0 ? 2059 : 788 + (u * 37) % 638; }
+int64_t outputs(int64_t) { return 150; }
 
 // (unit, first row, end row) blocks of at most per_block rows, as row_blocks in cuda_engine.cu builds them.
 std::vector<int32_t> row_blocks(int64_t per_block) {
@@ -102,18 +86,12 @@ struct Version {
 bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& ver) {
     const int64_t step = 5;  // ring slots: cur = 2, old = 0
     const int cur = static_cast<int>(step % kRing), old = static_cast<int>((step - 2) % kRing);
-    std::vector<float> w(L.n_weights), v(L.n_weights), x(kRing * n * L.x_total), h(kRing * n * L.h_total, -7.0f),
-        ldh(n * L.h_total), lr(kUnits), mu(kUnits);
-    fill_uniform(w, -0.1f, 0.1f, 1);
-    fill_uniform(v, -0.01f, 0.01f, 2);
-    fill_uniform(x, 0.1f, 0.9f, 3);
-    fill_uniform(ldh, -0.01f, 0.01f, 4);
-    fill_uniform(mu, 0.05f, 0.15f, 5);
-    for (int64_t u = 0; u < kUnits; ++u) lr[u] = u % 17 == 0 ? 0.0f : 0.002f;  // some units not yet learning
-    for (int64_t u = 0; u < kUnits; u += 17) mu[u] = 0.0f;
+    State S(L, n);
+    std::fill(S.h.begin(), S.h.end(), -7.0f);  // h(s) is written, the rest must stay as poisoned
+    const std::vector<float>&w = S.w, &v = S.v, &x = S.x, &h = S.h, &ldh = S.ldh, &lr = S.lr, &mu = S.mu;
 
     // CPU reference in double.
-    std::vector<double> h_ref(n * L.h_total, 0.0), w_ref(L.n_weights), v_ref(L.n_weights);
+    std::vector<double> h_ref(n * L.h_total, 0.0), w_ref(L.n_w0), v_ref(L.n_w0);  // W0 only (W1 follows it)
     std::vector<bool> h_mask(n * L.h_total, false);
     for (int64_t u = 0; u < kUnits; ++u) {
         const int64_t len = L.x_off[u + 1] - L.x_off[u];
@@ -141,24 +119,7 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
     }
 
     DeviceScope dev;
-    StepArgs a{};
-    a.n_seq = n;
-    a.n_units = kUnits;
-    a.hidden = kHidden;
-    a.x_total = L.x_total;
-    a.h_total = L.h_total;
-    a.polynomial = true;
-    a.x_off = dev.put(L.x_off);
-    a.h_off = dev.put(L.h_off);
-    a.w0_off = dev.put(L.w0_off);
-    a.weights = dev.put(w);
-    a.velocity = dev.put(v);
-    a.x = dev.put(x);
-    a.h = dev.put(h);
-    a.lr_delta_hidden = dev.put(ldh);
-    a.unit_lr = dev.put(lr);
-    a.unit_mu = dev.put(mu);
-    a.step = dev.put(std::vector<int64_t>{step});
+    StepArgs a = upload(dev, L, S, n, step);
     std::vector<int32_t> host_blocks;
     int64_t n_blocks = 0;
     if (ver.rows_per_block > 0) {
@@ -176,7 +137,7 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
     ver.launch(a, blocks, n_blocks, n);
     CHECK_LAUNCH();
     CHECK(cudaDeviceSynchronize());
-    const auto h_got = to_host(a.h, h.size()), w_got = to_host(a.weights, w.size()), v_got = to_host(a.velocity, v.size());
+    const auto h_got = to_host(a.h, h.size()), w_got = to_host(a.weights, L.n_w0), v_got = to_host(a.velocity, L.n_w0);
     std::vector<float> h_cur(h_got.begin() + cur * n * L.h_total, h_got.begin() + (cur + 1) * n * L.h_total);
     std::printf("n_seq %ld, %s\n", static_cast<long>(n), ver.name);
     bool ok = report_check("h(s) = phi(W0 x(s))", relative_error(h_cur, h_ref, h_mask), ver.tol);
@@ -191,7 +152,7 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
     ok &= untouched;
 
     const double us = time_us([&] { ver.launch(a, blocks, n_blocks, n); }, 5, 50, flush_l2);  // W, V keep changing: fine for timing
-    const double bytes = 16.0 * L.n_weights;
+    const double bytes = 16.0 * L.n_w0;
     std::printf("  %.1f us, weight traffic %.2f TB/s = %.0f%% of copy; %.1f us per sequence\n", us, bytes / us * 1e-6,
                 100.0 * bytes / (us * 1e-6) / copy_bw, us / n);
     return ok;
@@ -201,10 +162,10 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
 
 int main(int argc, char** argv) {
     const std::vector<int64_t> seqs = parse_seqs(argc, argv, {2, 4, 8, 13, 16, 32, 64}, 2, 64);
-    const Layout L;
+    const Layout L(inputs, outputs);
     const double copy_bw = copy_bandwidth(size_t{1} << 30);
-    std::printf("W0: %ld weights (%.1f MB of W and V); copy bandwidth %.2f TB/s\n", static_cast<long>(L.n_weights),
-                8.0 * L.n_weights / 1e6, copy_bw / 1e12);
+    std::printf("W0: %ld weights (%.1f MB of W and V); copy bandwidth %.2f TB/s\n", static_cast<long>(L.n_w0),
+                8.0 * L.n_w0 / 1e6, copy_bw / 1e12);
     bool ok = true;
     const Version multi{"weight_pass_multi (FMA), D = 4", 8, launch_multi<4>, 1e-6},
         multi8{"weight_pass_multi (FMA), D = 8 (the engine at 2-4)", 8, launch_multi<8>, 1e-6},

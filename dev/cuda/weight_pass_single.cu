@@ -8,37 +8,14 @@
 // the engine's version and the others (U loads per lane per trip, lanes per W1 row).
 //   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o weight_pass_single weight_pass_single.cu
 //   ./weight_pass_single
-#include "common.h"
-#include "../../native/src/step_kernels.cuh"
+#include "step_state.h"
 
 using namespace pvm;
 using namespace pvm::kernels;
 
 namespace {
 
-constexpr int64_t kUnits = 265, kHidden = 49, kK = kHidden + 1;
-
-struct Layout {
-    std::vector<int64_t> x_off{0}, h_off{0}, y_off{0}, w0_off{0}, w1_off;
-    std::vector<int32_t> y_unit;
-    int64_t x_total = 0, h_total = 0, y_total = 0, n_weights = 0;
-    Layout() {
-        for (int64_t u = 0; u < kUnits; ++u) {
-            const int64_t len = 400 + (u * 37) % 1370, outputs = u < 144 ? 150 : 392;
-            x_off.push_back(x_off.back() + len);
-            h_off.push_back(h_off.back() + kK);
-            y_off.push_back(y_off.back() + outputs);
-            w0_off.push_back(w0_off.back() + kHidden * len);
-            for (int64_t j = 0; j < outputs; ++j) y_unit.push_back(static_cast<int32_t>(u));
-        }
-        w1_off.push_back(w0_off.back());
-        for (int64_t u = 0; u < kUnits; ++u) w1_off.push_back(w1_off.back() + (y_off[u + 1] - y_off[u]) * kK);
-        x_total = x_off.back();
-        h_total = h_off.back();
-        y_total = y_off.back();
-        n_weights = w1_off.back();
-    }
-};
+constexpr int64_t kK = kHidden + 1;
 
 // One kernel version: which rows (W0 or W1), its name, and how it is launched.
 struct Version {
@@ -59,19 +36,10 @@ struct W1 : RowW1 { static constexpr bool kW1 = true; };
 bool check_and_time(const Layout& L, double copy_bw, const Version& ver) {
     const int64_t step = 5;  // ring slots: cur = 2, old = 0
     const int cur = static_cast<int>(step % kRing), old = static_cast<int>((step - 2) % kRing);
-    std::vector<float> w(L.n_weights), v(L.n_weights), x(kRing * L.x_total), h(kRing * L.h_total), y(kRing * L.y_total, -7.0f),
-        ldh(L.h_total), d(L.y_total), lr(kUnits), mu(kUnits);
-    fill_uniform(w, -0.1f, 0.1f, 1);
-    fill_uniform(v, -0.01f, 0.01f, 2);
-    fill_uniform(x, 0.1f, 0.9f, 3);
-    fill_uniform(h, 0.1f, 0.9f, 4);
-    fill_uniform(ldh, -0.01f, 0.01f, 5);
-    fill_uniform(d, -0.05f, 0.05f, 6);
-    fill_uniform(mu, 0.05f, 0.15f, 7);
-    for (int64_t u = 0; u < kUnits; ++u) lr[u] = u % 17 == 0 ? 0.0f : 0.002f;  // some units not yet learning
-    for (int64_t u = 0; u < kUnits; u += 17) mu[u] = 0.0f;
-    if (!ver.w1)
-        for (int64_t i = 0; i < L.h_total; ++i) h[cur * L.h_total + i] = -7.0f;  // W0 writes h(s): poisoned
+    State S(L, 1);
+    if (!ver.w1)  // W0 writes h(s): poisoned
+        std::fill(S.h.begin() + cur * L.h_total, S.h.begin() + (cur + 1) * L.h_total, -7.0f);
+    const std::vector<float>&w = S.w, &v = S.v, &x = S.x, &h = S.h, &d = S.d, &ldh = S.ldh, &lr = S.lr, &mu = S.mu;
 
     // CPU reference in double for the rows this version computes; the other weights stay as they are.
     std::vector<double> out_ref(ver.w1 ? L.y_total : L.h_total, 0.0), w_ref(w.begin(), w.end()), v_ref(v.begin(), v.end());
@@ -99,30 +67,7 @@ bool check_and_time(const Layout& L, double copy_bw, const Version& ver) {
     }
 
     DeviceScope dev;
-    StepArgs a{};
-    a.n_seq = 1;
-    a.n_units = kUnits;
-    a.hidden = kHidden;
-    a.x_total = L.x_total;
-    a.h_total = L.h_total;
-    a.y_total = L.y_total;
-    a.polynomial = true;
-    a.x_off = dev.put(L.x_off);
-    a.h_off = dev.put(L.h_off);
-    a.y_off = dev.put(L.y_off);
-    a.w0_off = dev.put(L.w0_off);
-    a.w1_off = dev.put(L.w1_off);
-    a.y_unit = dev.put(L.y_unit);
-    a.weights = dev.put(w);
-    a.velocity = dev.put(v);
-    a.x = dev.put(x);
-    a.h = dev.put(h);
-    a.y = dev.put(y);
-    a.lr_delta_hidden = dev.put(ldh);
-    a.delta_out = dev.put(d);
-    a.unit_lr = dev.put(lr);
-    a.unit_mu = dev.put(mu);
-    a.step = dev.put(std::vector<int64_t>{step});
+    const StepArgs a = upload(dev, L, S, 1, step);
     ver.launch(a, L);
     CHECK_LAUNCH();
     CHECK(cudaDeviceSynchronize());
@@ -136,7 +81,7 @@ bool check_and_time(const Layout& L, double copy_bw, const Version& ver) {
     ok &= report_check("V after the update", relative_error(v_got, v_ref), 1e-5);
 
     const double us = time_us([&] { ver.launch(a, L); }, 5, 50, flush_l2);  // W, V keep changing: fine for timing
-    const int64_t n_w = ver.w1 ? L.n_weights - L.w1_off[0] : L.w1_off[0];
+    const int64_t n_w = ver.w1 ? L.n_weights - L.n_w0 : L.n_w0;
     const double bytes = 16.0 * n_w;
     std::printf("  %.1f us, weight traffic %.2f TB/s = %.0f%% of copy\n", us, bytes / us * 1e-6, 100.0 * bytes / (us * 1e-6) / copy_bw);
     return ok;
@@ -145,10 +90,10 @@ bool check_and_time(const Layout& L, double copy_bw, const Version& ver) {
 }  // namespace
 
 int main() {
-    const Layout L;
+    const Layout L([](int64_t u) { return 400 + (u * 37) % 1370; }, [](int64_t u) { return u < 144 ? 150 : 392; });
     const double copy_bw = copy_bandwidth(size_t{1} << 30);
-    std::printf("W0: %ld weights, W1: %ld (%.1f MB of W and V); copy bandwidth %.2f TB/s\n", static_cast<long>(L.w1_off[0]),
-                static_cast<long>(L.n_weights - L.w1_off[0]), 8.0 * L.n_weights / 1e6, copy_bw / 1e12);
+    std::printf("W0: %ld weights, W1: %ld (%.1f MB of W and V); copy bandwidth %.2f TB/s\n", static_cast<long>(L.n_w0),
+                static_cast<long>(L.n_weights - L.n_w0), 8.0 * L.n_weights / 1e6, copy_bw / 1e12);
     const Version versions[] = {
         {false, "W0, a warp per row, U = 8 (engine)", launch<W0, kWarp, 8>},
         {false, "W0, a warp per row, U = 4", launch<W0, kWarp, 4>},

@@ -1,0 +1,82 @@
+// One step of a small.json-like layer stack for the workbenches: the units' offsets as the topology
+// lays them out (265 units of 49 hidden rows, W1's blocks after W0's), the rings, deltas and rates of
+// one step from fixed seeds (some units not yet learning), and the StepArgs that point at device copies.
+#pragma once
+
+#include "common.h"
+#include "../../native/src/step_kernels.cuh"
+
+constexpr int64_t kUnits = 265, kHidden = 49;
+
+struct Layout {
+    std::vector<int64_t> x_off{0}, y_off{0}, h_off{0}, w0_off{0}, w1_off;
+    std::vector<int32_t> y_unit;  // per output, its unit
+    int64_t x_total = 0, y_total = 0, h_total = 0, n_w0 = 0, n_weights = 0;
+    // inputs(u), outputs(u): unit u's counts of input and output entries.
+    template <class Inputs, class Outputs>
+    Layout(Inputs inputs, Outputs outputs) {
+        for (int64_t u = 0; u < kUnits; ++u) {
+            x_off.push_back(x_off.back() + inputs(u));
+            y_off.push_back(y_off.back() + outputs(u));
+            h_off.push_back(h_off.back() + kHidden + 1);
+            w0_off.push_back(w0_off.back() + kHidden * inputs(u));
+            for (int64_t j = 0; j < outputs(u); ++j) y_unit.push_back(static_cast<int32_t>(u));
+        }
+        x_total = x_off.back();
+        y_total = y_off.back();
+        h_total = h_off.back();
+        n_w0 = w0_off.back();
+        w1_off.push_back(n_w0);
+        for (int64_t u = 0; u < kUnits; ++u) w1_off.push_back(w1_off.back() + (y_off[u + 1] - y_off[u]) * (kHidden + 1));
+        n_weights = w1_off.back();
+    }
+};
+
+// The host state of one step of n sequences; each run uploads fresh copies, so that every update
+// starts from the same W and V.
+struct State {
+    std::vector<float> w, v, x, h, y, d, ldh, lr, mu;
+    State(const Layout& L, int64_t n)
+        : w(L.n_weights), v(L.n_weights), x(pvm::kernels::kRing * n * L.x_total), h(pvm::kernels::kRing * n * L.h_total),
+          y(pvm::kernels::kRing * n * L.y_total, -7.0f), d(n * L.y_total), ldh(n * L.h_total), lr(kUnits), mu(kUnits) {
+        fill_uniform(w, -0.1f, 0.1f, 1);
+        fill_uniform(v, -0.01f, 0.01f, 2);
+        fill_uniform(x, 0.1f, 0.9f, 3);
+        fill_uniform(h, 0.1f, 0.9f, 4);
+        fill_uniform(d, -0.05f, 0.05f, 5);
+        fill_uniform(ldh, -0.01f, 0.01f, 6);
+        fill_uniform(mu, 0.05f, 0.15f, 7);
+        for (int64_t u = 0; u < kUnits; ++u) lr[u] = u % 17 == 0 ? 0.0f : 0.002f;  // some units not yet learning
+        for (int64_t u = 0; u < kUnits; u += 17) mu[u] = 0.0f;
+    }
+};
+
+// The step's arguments over device copies of L and S (polynomial activation, original derivative).
+inline pvm::kernels::StepArgs upload(DeviceScope& dev, const Layout& L, const State& S, int64_t n, int64_t step) {
+    pvm::kernels::StepArgs a{};
+    a.n_seq = n;
+    a.n_units = kUnits;
+    a.hidden = kHidden;
+    a.x_total = L.x_total;
+    a.y_total = L.y_total;
+    a.h_total = L.h_total;
+    a.polynomial = true;
+    a.derivative = 0;
+    a.x_off = dev.put(L.x_off);
+    a.y_off = dev.put(L.y_off);
+    a.h_off = dev.put(L.h_off);
+    a.w0_off = dev.put(L.w0_off);
+    a.w1_off = dev.put(L.w1_off);
+    a.y_unit = dev.put(L.y_unit);
+    a.weights = dev.put(S.w);
+    a.velocity = dev.put(S.v);
+    a.x = dev.put(S.x);
+    a.h = dev.put(S.h);
+    a.y = dev.put(S.y);
+    a.delta_out = dev.put(S.d);
+    a.lr_delta_hidden = dev.put(S.ldh);
+    a.unit_lr = dev.put(S.lr);
+    a.unit_mu = dev.put(S.mu);
+    a.step = dev.put(std::vector<int64_t>{step});
+    return a;
+}
