@@ -185,6 +185,22 @@ def test_native_cuda_is_bit_identical(n_seq):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n_seq", [1, 3, 8])
+def test_native_cuda_chained_launches_change_nothing(n_seq, monkeypatch):
+    """A step's kernels launched as programmatic dependents (sm_90+) give the state of plain launches, bit for bit."""
+    spec = transitions("small", 40)
+    frames = random_frames(spec, 40, n_seq=n_seq)
+    states = []
+    for chain in ("0", "1"):
+        monkeypatch.setenv("PVM_CUDA_CHAIN", chain)
+        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
+        eng.run(40, iter(frames))
+        states.append(eng.state())
+    for key in COMPARED:
+        assert np.array_equal(states[0][key], states[1][key]), key
+
+
+@pytest.mark.gpu
 def test_cuda_out_of_memory_says_how_much():
     from pvm_dist.model.budget import MemoryBudgetError
     from pvm_dist.model.spec import DERIVATIVE_MODES

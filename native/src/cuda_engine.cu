@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 
 #include "pvm/cuda_check.h"
 #include "pvm/cuda_graph.h"
+#include "dependent_launch.cuh"
 #include "mma_pass.cuh"
 #include "mma_products.cuh"
 #include "step_kernels.cuh"
@@ -58,9 +60,14 @@ std::vector<int32_t> gather_sources(const Topology& t) {
     return out;
 }
 
-void launch_output_deltas(const kernels::StepArgs& a, cudaStream_t stream) {
+// What a step enqueues between phases when it is not being profiled.
+struct NoMark {
+    void operator()(const char*) const {}
+};
+
+void launch_output_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     const dim3 grid(blocks_for(a.y_total), static_cast<unsigned>(kernels::delta_groups(a.n_seq, a.delta_group)));
-    kernels::output_deltas<<<grid, kernels::kThreads, 0, stream>>>(a);
+    PVM_CUDA_CHECK(launch(kernels::output_deltas, grid, kernels::kThreads, 0, a));
 }
 
 // The blocks of the fused row pass (weight_pass_multi): every unit's rows split into near-equal runs of
@@ -81,15 +88,15 @@ std::vector<int32_t> row_blocks(int64_t n_units, int per_block, const std::funct
 
 // The fused row pass for 2 <= n < kMmaMinSeqs sequences, G lanes per row, D columns per lane per staged chunk.
 template <class Row, int G, int D>
-void launch_multi(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, cudaStream_t stream) {
+void launch_multi(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     static_assert(kMmaMinSeqs == 5, "the fused row pass serves 2 to 4 sequences");
     const unsigned n_blocks = static_cast<unsigned>(blocks.size() / 3);
+    const int32_t* list = blocks.data();
     if (n <= 2) {
-        kernels::weight_pass_multi<Row, G, 2, D><<<n_blocks, kernels::kThreads, 0, stream>>>(a, blocks.data());
+        PVM_CUDA_CHECK(launch(kernels::weight_pass_multi<Row, G, 2, D>, n_blocks, kernels::kThreads, 0, a, list));
     } else {
-        kernels::weight_pass_multi<Row, G, 4, D><<<n_blocks, kernels::kThreads, 0, stream>>>(a, blocks.data());
+        PVM_CUDA_CHECK(launch(kernels::weight_pass_multi<Row, G, 4, D>, n_blocks, kernels::kThreads, 0, a, list));
     }
-    PVM_CUDA_CHECK_LAUNCH();
 }
 
 // The tensor-core pass (kMmaMinSeqs <= n <= 64 sequences) in the bucket of 8, 16, 32, 48 or 64 sequences:
@@ -127,13 +134,12 @@ int64_t mma_slots(int64_t n, int device) {
 }
 
 template <class Row>
-void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, cudaStream_t stream) {
+void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
-        kernels::weight_pass_mma<Row, NS><<<static_cast<unsigned>(blocks.size() / kernels::kMmaBlockInts), kernels::kMmaThreads,
-                                            kernels::mma_shared_bytes<NS>(), stream>>>(a, blocks.data());
+        PVM_CUDA_CHECK(launch(kernels::weight_pass_mma<Row, NS>, static_cast<unsigned>(blocks.size() / kernels::kMmaBlockInts),
+                              kernels::kMmaThreads, kernels::mma_shared_bytes<NS>(), a, blocks.data()));
     });
-    PVM_CUDA_CHECK_LAUNCH();
 }
 
 // The tiles of one many-sequence product (unit_products.cuh): for every unit, its M x N output in tiles
@@ -184,6 +190,8 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     cudaDeviceProp prop{};
     PVM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+    const char* chain = std::getenv("PVM_CUDA_CHAIN");
+    chain_ = prop.major >= 9 && !(chain != nullptr && std::strcmp(chain, "0") == 0);
     check_memory();
     PVM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
@@ -318,10 +326,9 @@ void CudaEngine::check_memory() const {
 namespace {
 
 template <class Product>
-void launch_product(const kernels::StepArgs& a, const DeviceBuffer<int32_t>& tiles, cudaStream_t stream) {
-    kernels::mma_product<Product><<<static_cast<unsigned>(tiles.size() / 3), kernels::kMmaProductThreads,
-                                    kernels::mma_product_shared_bytes<typename Product::MmaTiles>(), stream>>>(a, tiles.data());
-    PVM_CUDA_CHECK_LAUNCH();
+void launch_product(const kernels::StepArgs& a, const DeviceBuffer<int32_t>& tiles, const kernels::StepLaunch& launch) {
+    PVM_CUDA_CHECK(launch(kernels::mma_product<Product>, static_cast<unsigned>(tiles.size() / 3), kernels::kMmaProductThreads,
+                          kernels::mma_product_shared_bytes<typename Product::MmaTiles>(), a, tiles.data()));
 }
 
 }  // namespace
@@ -329,43 +336,40 @@ void launch_product(const kernels::StepArgs& a, const DeviceBuffer<int32_t>& til
 // Many sequences: the per-unit products as matrix products on tensor cores (unit_products.cuh). The forward
 // products and the hidden deltas read the old weights, so the updates come last.
 template <class Mark>
-void CudaEngine::enqueue_products(const kernels::StepArgs& a, Mark& mark) {
+void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
     using namespace kernels;
-    launch_output_deltas(a, stream_);
-    PVM_CUDA_CHECK_LAUNCH();
-    unit_errors<<<static_cast<unsigned>(topo_.n_units), kThreads, 0, stream_>>>(a);
-    PVM_CUDA_CHECK_LAUNCH();
-    launch_product<HiddenDeltas>(a, hidden_deltas_, stream_);
-    accumulate_metrics<<<static_cast<unsigned>(2 * topo_.n_layers), kWarp, 0, stream_>>>(a);
-    PVM_CUDA_CHECK_LAUNCH();
+    launch_output_deltas(a, launch);
+    PVM_CUDA_CHECK(launch(unit_errors, static_cast<unsigned>(topo_.n_units), kThreads, 0, a));
+    launch_product<HiddenDeltas>(a, hidden_deltas_, launch);
+    PVM_CUDA_CHECK(launch(accumulate_metrics, static_cast<unsigned>(2 * topo_.n_layers), kWarp, 0, a));
     mark("deltas");
     if (a.n_seq <= kMmaW1MaxSeqs) {
-        enqueue_mma_passes(a, mark);
+        enqueue_mma_passes(a, launch, mark);
     } else if (a.n_seq <= kMmaMaxSeqs) {
-        launch_mma<RowW0>(a.n_seq, w0_rows_, a, stream_);
+        launch_mma<RowW0>(a.n_seq, w0_rows_, a, launch);
         mark("w0 forward+update");
-        launch_product<W1Forward>(a, w1_forward_, stream_);
+        launch_product<W1Forward>(a, w1_forward_, launch);
         mark("w1 forward");
-        launch_product<W1Update>(a, w1_update_, stream_);
+        launch_product<W1Update>(a, w1_update_, launch);
         mark("w1 update");
     } else {
-        launch_product<W0Forward>(a, w0_forward_, stream_);
+        launch_product<W0Forward>(a, w0_forward_, launch);
         mark("w0 forward");
-        launch_product<W1Forward>(a, w1_forward_, stream_);
+        launch_product<W1Forward>(a, w1_forward_, launch);
         mark("w1 forward");
-        launch_product<W0Update>(a, w0_update_, stream_);
+        launch_product<W0Update>(a, w0_update_, launch);
         mark("w0 update");
-        launch_product<W1Update>(a, w1_update_, stream_);
+        launch_product<W1Update>(a, w1_update_, launch);
         mark("w1 update");
     }
 }
 
 // kMmaMinSeqs to kMmaW1MaxSeqs sequences: the W0 pass, then the W1 pass (it reads the h(s) the first writes), on tensor cores.
 template <class Mark>
-void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, Mark& mark) {
-    launch_mma<kernels::RowW0>(a.n_seq, w0_rows_, a, stream_);
+void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
+    launch_mma<kernels::RowW0>(a.n_seq, w0_rows_, a, launch);
     mark("w0 forward+update");
-    launch_mma<kernels::RowW1>(a.n_seq, w1_rows_, a, stream_);
+    launch_mma<kernels::RowW1>(a.n_seq, w1_rows_, a, launch);
     mark("w1 forward+update");
 }
 
@@ -424,54 +428,53 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     using namespace kernels;
     const int T = kThreads;
     const unsigned seqs = static_cast<unsigned>(n);
-    assemble_inputs<Pixel><<<dim3(blocks_for(t.x_total), static_cast<unsigned>((n + kGatherSeqs - 1) / kGatherSeqs)), T, 0,
-                             stream_>>>(a, d_frames, n_frames, first);
-    PVM_CUDA_CHECK_LAUNCH();
+    // Chained launches (dependent_launch.cuh) up to 8 sequences, where a step is short and its 7-8
+    // launch boundaries weigh most. H200, small, frames/s unchained -> chained: n_seq 1 8,814 -> 8,945,
+    // 2 15,515 -> 16,146, 4 26,440 -> 27,251, 8 41,096 -> 42,323 (-> 27,625 and 42,916 with the W and V
+    // copies moved ahead of the wait); 16, 32 and 64 lost 1% (66,153 -> 65,573, 105,675 -> 105,027,
+    // 131,417 -> 129,811), 256 +0.7%. Profiling records an event between phases: each phase's time is
+    // then its own, unchained.
+    const StepLaunch launch{stream_, chain_ && n < kProductSeqs && std::is_same_v<std::decay_t<Mark>, NoMark>};
+    PVM_CUDA_CHECK(launch(assemble_inputs<Pixel>, dim3(blocks_for(t.x_total), static_cast<unsigned>((n + kGatherSeqs - 1) / kGatherSeqs)),
+                          T, 0, a, d_frames, n_frames, first));
     if (a.n_raw > 0) {  // feed-context mode; the hidden vectors' constant 1s stay put (set_hidden_bias)
-        assemble_hidden<<<dim3(blocks_for(a.n_raw), seqs), T, 0, stream_>>>(a);
-        PVM_CUDA_CHECK_LAUNCH();
+        PVM_CUDA_CHECK(launch(assemble_hidden, dim3(blocks_for(a.n_raw), seqs), T, 0, a));
     }
     mark("gather");
     if (n >= kProductSeqs) {
-        enqueue_products(a, mark);
+        enqueue_products(a, launch, mark);
     } else {
-        launch_output_deltas(a, stream_);
-        PVM_CUDA_CHECK_LAUNCH();
-        by_bucket(n, [&](auto bucket) {
-            hidden_deltas<decltype(bucket)::value><<<static_cast<unsigned>(2 * t.n_units), T, 0, stream_>>>(a);  // + error sums
+        launch_output_deltas(a, launch);
+        by_bucket(n, [&](auto bucket) {  // + the units' error sums
+            PVM_CUDA_CHECK(launch(hidden_deltas<decltype(bucket)::value>, static_cast<unsigned>(2 * t.n_units), T, 0, a));
         });
-        PVM_CUDA_CHECK_LAUNCH();
-        accumulate_metrics<<<static_cast<unsigned>(2 * t.n_layers), kWarp, 0, stream_>>>(a);
-        PVM_CUDA_CHECK_LAUNCH();
+        PVM_CUDA_CHECK(launch(accumulate_metrics, static_cast<unsigned>(2 * t.n_layers), kWarp, 0, a));
         mark("deltas");
         const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
         if (n >= kMmaMinSeqs) {
-            enqueue_mma_passes(a, mark);
+            enqueue_mma_passes(a, launch, mark);
         } else {
             if (n == 1) {
-                weight_pass_single<RowW0, kWarp><<<blocks_for(t.n_units * t.hidden * kWarp), T, 0, stream_>>>(a);
-                PVM_CUDA_CHECK_LAUNCH();
+                PVM_CUDA_CHECK(launch(weight_pass_single<RowW0, kWarp>, blocks_for(t.n_units * t.hidden * kWarp), T, 0, a));
                 mark("w0 forward+update");
                 if (long_w1_rows) {
-                    weight_pass_single<RowW1, kWarp><<<blocks_for(t.y_total * kWarp), T, 0, stream_>>>(a);
+                    PVM_CUDA_CHECK(launch(weight_pass_single<RowW1, kWarp>, blocks_for(t.y_total * kWarp), T, 0, a));
                 } else {
-                    weight_pass_single<RowW1, kW1Lanes><<<blocks_for(t.y_total * kW1Lanes), T, 0, stream_>>>(a);
+                    PVM_CUDA_CHECK(launch(weight_pass_single<RowW1, kW1Lanes>, blocks_for(t.y_total * kW1Lanes), T, 0, a));
                 }
             } else {
-                launch_multi<RowW0, kWarp, 8>(n, w0_rows_, a, stream_);  // 8 per lane: see weight_pass_multi
+                launch_multi<RowW0, kWarp, 8>(n, w0_rows_, a, launch);  // 8 per lane: see weight_pass_multi
                 mark("w0 forward+update");
                 if (long_w1_rows) {
-                    launch_multi<RowW1, kWarp, 8>(n, w1_rows_, a, stream_);
+                    launch_multi<RowW1, kWarp, 8>(n, w1_rows_, a, launch);
                 } else {
-                    launch_multi<RowW1, kW1Lanes, 8>(n, w1_rows_, a, stream_);
+                    launch_multi<RowW1, kW1Lanes, 8>(n, w1_rows_, a, launch);
                 }
             }
-            PVM_CUDA_CHECK_LAUNCH();
             mark("w1 forward+update");
         }
     }
-    advance_step<<<1, 1, 0, stream_>>>(a);
-    PVM_CUDA_CHECK_LAUNCH();
+    PVM_CUDA_CHECK(launch(advance_step, 1, 1, 0, a));
 }
 
 template <class Pixel>
@@ -498,7 +501,7 @@ template <class Pixel>
 void CudaEngine::step(const Pixel* frames) {
     Pixel* d_frames = upload_frames(frames);
     CudaGraph*& graph = sizeof(Pixel) == 1 ? graph_u8_ : graph_f32_;
-    if (graph == nullptr) graph = new CudaGraph(stream_, [&] { enqueue_step(d_frames, [](const char*) {}); });
+    if (graph == nullptr) graph = new CudaGraph(stream_, [&] { enqueue_step(d_frames, NoMark{}); });
     graph->launch(stream_);
     ++host_step_;
 }
@@ -541,7 +544,7 @@ void CudaEngine::run_dataset(int64_t n_steps) {
     PVM_CUDA_CHECK(cudaSetDevice(device_));
     if (graph_dataset_ == nullptr) {
         graph_dataset_ = new CudaGraph(stream_, [&] {
-            enqueue_step(dataset_, [](const char*) {}, dataset_frames_, dataset_first_);  // the step's block read in place
+            enqueue_step(dataset_, NoMark{}, dataset_frames_, dataset_first_);  // the step's block read in place
         });
     }
     for (int64_t i = 0; i < n_steps; ++i) {

@@ -128,18 +128,45 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     static_assert(NS % 8 == 0 && NS >= 8, "sequences in tiles of 8");
     constexpr int NT = NS / 8;  // sequence tiles
     extern __shared__ __align__(16) float smem[];
+    let_next_kernel_launch();
     const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
     const int tile = warp % kMmaTiles, slot = warp / kMmaTiles;
     const int g = lane / 4, t = lane % 4;
     const int32_t* block = blocks + kMmaBlockInts * blockIdx.x;
     const int64_t u = block[0];
     const int r_begin = block[1], r_end = block[2], rows = r_end - r_begin, part = block[3], parts = block[4];
-    const int64_t s = *a.step;
-    const int cur = ring_slot(s), old = ring_slot(s - 2);
     const int n = static_cast<int>(a.n_seq);
     const int64_t len = Row::length(a, u), first = Row::first_row(a, u);
     float* __restrict__ W = a.weights + Row::weight_base(a, first + r_begin, u, len);  // the block's rows, len apart
     float* __restrict__ V = a.velocity + (W - a.weights);
+    const int64_t all_chunks = (len + kMmaCols - 1) / kMmaCols;  // this block's: [c_begin, n_chunks)
+    const int64_t c_begin = part * all_chunks / parts, n_chunks = (part + 1) * all_chunks / parts;
+    // Chunk i into stage i % kMmaStages: W, V of the live rows (columns past the row's end as zeros: the
+    // forward would multiply them), then the inputs (sequences past n_seq as zeros); then a group is
+    // committed. In the bucket of 8 (5 to 8 sequences, run as a chained step: dependent_launch.cuh),
+    // the first stages' W and V are copied while the kernels before this one finish (none of them
+    // writes W or V), their inputs after. Elsewhere the early copies cost 1-5% (H200: unchained at
+    // 16 and 32 sequences, chained or not at 64).
+    constexpr bool kEarlyWV = NS == 8;
+    const int col = static_cast<int>(threadIdx.x % kMmaCols), lane_row = static_cast<int>(threadIdx.x / kMmaCols);
+    constexpr int kPass = kMmaThreads / kMmaCols;
+    const auto fetch_wv = [&](int64_t i) {
+        if (i >= n_chunks) return;
+        float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>();
+        const int64_t c0 = i * kMmaCols;
+        const bool col_ok = c0 + col < len;
+        for (int r = lane_row; r < rows; r += kPass) {
+            const int64_t at = col_ok ? r * len + c0 + col : 0;
+            copy_async4(st + r * kMmaStride + col, W + at, col_ok);
+            copy_async4(st + (kMmaRows + r) * kMmaStride + col, V + at, col_ok);
+        }
+    };
+    if constexpr (kEarlyWV)
+        for (int i = 0; i < kMmaStages - 1; ++i) fetch_wv(c_begin + i);
+    await_prior_kernels();
+
+    const int64_t s = *a.step;
+    const int cur = ring_slot(s), old = ring_slot(s - 2);
     const float* __restrict__ in = Row::input(a, cur, 0, u);
     const float* __restrict__ in_old = Row::input(a, old, 0, u);
     const int64_t stride = Row::input(a, cur, 1, u) - in;
@@ -167,23 +194,11 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-    const int64_t all_chunks = (len + kMmaCols - 1) / kMmaCols;  // this block's: [c_begin, n_chunks)
-    const int64_t c_begin = part * all_chunks / parts, n_chunks = (part + 1) * all_chunks / parts;
-    // Chunk i into stage i % kMmaStages: W, V of the live rows (columns past the row's end as zeros: the
-    // forward would multiply them), then the inputs (sequences past n_seq as zeros). Always commits a group.
-    const int col = static_cast<int>(threadIdx.x % kMmaCols), lane_row = static_cast<int>(threadIdx.x / kMmaCols);
-    constexpr int kPass = kMmaThreads / kMmaCols;
-    auto fetch = [&](int64_t i) {
+    const auto fetch_inputs = [&](int64_t i) {  // then commits the chunk's group
         if (i < n_chunks) {
-            float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>();
+            float* xs = smem + (i % kMmaStages) * mma_stage_floats<NS>() + 2 * kMmaRows * kMmaStride;
             const int64_t c0 = i * kMmaCols;
             const bool col_ok = c0 + col < len;
-            for (int r = lane_row; r < rows; r += kPass) {
-                const int64_t at = col_ok ? r * len + c0 + col : 0;
-                copy_async4(st + r * kMmaStride + col, W + at, col_ok);
-                copy_async4(st + (kMmaRows + r) * kMmaStride + col, V + at, col_ok);
-            }
-            float* xs = st + 2 * kMmaRows * kMmaStride;
 #pragma unroll 4
             for (int q = lane_row; q < NS; q += kPass) {
                 const bool valid = col_ok && q < n;
@@ -194,8 +209,15 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         }
         copy_async_commit();
     };
+    const auto fetch = [&](int64_t i) {
+        fetch_wv(i);
+        fetch_inputs(i);
+    };
 
-    for (int i = 0; i < kMmaStages - 1; ++i) fetch(c_begin + i);
+    for (int i = 0; i < kMmaStages - 1; ++i) {  // (group 0 holds every early W and V)
+        if constexpr (!kEarlyWV) fetch_wv(c_begin + i);
+        fetch_inputs(c_begin + i);
+    }
     for (int64_t i = c_begin; i < n_chunks; ++i) {
         copy_async_wait<kMmaStages - 2>();  // chunk i has landed (this thread's copies) ...
         __syncthreads();                    // ... and every thread's; all are done with chunk i-1's stage

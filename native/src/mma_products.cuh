@@ -84,6 +84,8 @@ __global__ void __launch_bounds__(kMmaProductThreads, Shape::kMinBlocks)
     static_assert(kAStride % 32 == 8 && kBStride % 32 == 8, "conflict-free fragment reads");
     static_assert(KS % 8 == 0 && BN % 32 == 0, "slabs of whole k-steps, columns of whole fragments");
     extern __shared__ __align__(16) float smem[];
+    let_next_kernel_launch();
+    await_prior_kernels();
     const int64_t u = tiles[3 * blockIdx.x], m0 = tiles[3 * blockIdx.x + 1], n0 = tiles[3 * blockIdx.x + 2];
     const P p(args, u);
     if constexpr (P::kUpdate) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "dependent_launch.cuh"
 #include "pvm/numerics.h"
 #include "pvm/topology.h"
 
@@ -67,6 +68,8 @@ constexpr int kGatherKindShift = 30;
 // device, so that one captured graph serves every step, with no copy of the block first).
 template <class Pixel>
 __global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames, int64_t n_frames, int64_t first) {
+    let_next_kernel_launch();
+    await_prior_kernels();
     const int64_t i = global_thread(), q0 = int64_t{blockIdx.y} * kGatherSeqs;
     if (i >= a.x_total) return;
     const int64_t s = *a.step;
@@ -110,6 +113,8 @@ __global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames, in
 // hidden vector needs no pass per step: no kernel writes those entries, the rings start all ones, and
 // set_hidden_bias puts them back after the host writes h (a launch fewer per step).
 __global__ void assemble_hidden(StepArgs a) {
+    let_next_kernel_launch();
+    await_prior_kernels();
     const int64_t s = *a.step, q = seq_index();
     const int cur = ring_slot(s), prev = ring_slot(s - 1);
     float* hc = a.h + (cur * a.n_seq + q) * a.h_total;
@@ -171,6 +176,8 @@ __device__ double baseline_error(const StepArgs& a, int cur, int old, int64_t ta
 // in group order. (One thread per output walking all 256 sequences: 147 us on an H200, small, at 22%
 // occupancy and 2.2 TB/s: too few threads to cover the loads' latency.)
 __global__ void output_deltas(StepArgs a) {
+    let_next_kernel_launch();
+    await_prior_kernels();
     const int64_t s = *a.step, g = blockIdx.y;
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     const int64_t q_begin = g * a.delta_group;
@@ -245,6 +252,8 @@ __device__ void sum_unit_errors(const StepArgs& a, int64_t u) {
 // added by one warp per bin (lane-strided, then a butterfly: a fixed order, no atomics). The bins of
 // layer 0 (0: two-step, 1: one-step) add the baseline's unit sums (unit_baseline) the same way.
 __global__ void accumulate_metrics(StepArgs a) {
+    let_next_kernel_launch();
+    await_prior_kernels();
     if (*a.step < 2) return;  // steps 0 and 1 compare against the initial all-ones rings
     const int bin = blockIdx.x, lane = threadIdx.x;
     const bool layer0 = bin < 2;
@@ -292,6 +301,8 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     // trip was measured too (the two comments in the loop).
     static_assert(U % 4 == 0, "U rows per trip keep the chains' order only as a multiple of 4");
     constexpr int P = NS <= 2 ? 4 : 1;
+    let_next_kernel_launch();
+    await_prior_kernels();
     if (blockIdx.x >= a.n_units) {  // the second n_units blocks: the units' squared-error sums, off the W1 loop's path
         sum_unit_errors(a, blockIdx.x - a.n_units);
         return;
@@ -361,7 +372,11 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     }
 }
 
-__global__ void advance_step(StepArgs a) { *a.step += 1; }
+__global__ void advance_step(StepArgs a) {
+    let_next_kernel_launch();
+    await_prior_kernels();
+    *a.step += 1;
+}
 
 // ----------------------------------------------------------------------------------------------
 // The fused weight passes: one warp per weight row reads W and V once, computing the forward dot
@@ -432,18 +447,31 @@ __global__ void __launch_bounds__(kThreads, NS <= 4 ? 3 : 2) weight_pass_multi(S
     constexpr int C = D * G;
     constexpr int kPass = kThreads / C;  // sequences staged per pass of the block
     static_assert(kThreads % C == 0, "a pass of the block stages whole columns");
+    let_next_kernel_launch();
     __shared__ float xs[2][2][NS][C];  // [stage][0: inputs of step s, 1: of step s-2][sequence][column]
     const int64_t u = blocks[3 * blockIdx.x];
     const int64_t r = Row::first_row(a, u) + blocks[3 * blockIdx.x + 1] + threadIdx.x / G;
     const bool live_row = blocks[3 * blockIdx.x + 1] + static_cast<int>(threadIdx.x / G) < blocks[3 * blockIdx.x + 2];
     const int lane = static_cast<int>(threadIdx.x % G);
+    const int64_t len = Row::length(a, u), base = Row::weight_base(a, live_row ? r : Row::first_row(a, u), u, len);
+    float* __restrict__ W = a.weights + base;
+    float* __restrict__ V = a.velocity + base;
+    float w_next[D], v_next[D];
+    const auto fetch_wv = [&](int64_t c0) {  // chunk c0's W and V into registers
+        const int width = static_cast<int>(len - c0 < C ? len - c0 : C);
+#pragma unroll
+        for (int t = 0; t < D; ++t) {
+            const int c = lane + t * G;
+            w_next[t] = (live_row && c < width) ? W[c0 + c] : 0.0f;
+            v_next[t] = (live_row && c < width) ? V[c0 + c] : 0.0f;
+        }
+    };
+    fetch_wv(0);  // while the kernels before this one finish: none of them writes W or V
+    await_prior_kernels();
     const unsigned mask = G == kWarp ? 0xffffffffu : (((1u << G) - 1u) << ((threadIdx.x % kWarp) / G * G));
     const int64_t s = *a.step;
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     const int n = static_cast<int>(a.n_seq);
-    const int64_t len = Row::length(a, u), base = Row::weight_base(a, live_row ? r : Row::first_row(a, u), u, len);
-    float* __restrict__ W = a.weights + base;
-    float* __restrict__ V = a.velocity + base;
     const float* __restrict__ in = Row::input(a, cur, 0, u);  // sequence q at in + q * stride
     const float* __restrict__ in_old = Row::input(a, old, 0, u);
     const int stride = static_cast<int>(Row::input(a, cur, 1, u) - in);
@@ -456,15 +484,8 @@ __global__ void __launch_bounds__(kThreads, NS <= 4 ? 3 : 2) weight_pass_multi(S
         acc[q] = 0.0f;
     }
     const int stage_col = static_cast<int>(threadIdx.x % C), stage_seq = static_cast<int>(threadIdx.x / C);
-    float w_next[D], v_next[D];
-    auto fetch = [&](int64_t c0, int stage) {  // chunk c0: W, V into registers; the inputs into xs[stage]
+    const auto stage_inputs = [&](int64_t c0, int stage) {  // chunk c0's inputs into xs[stage]
         const int width = static_cast<int>(len - c0 < C ? len - c0 : C);
-#pragma unroll
-        for (int t = 0; t < D; ++t) {
-            const int c = lane + t * G;
-            w_next[t] = (live_row && c < width) ? W[c0 + c] : 0.0f;
-            v_next[t] = (live_row && c < width) ? V[c0 + c] : 0.0f;
-        }
         // Thread (h, c) copies column c of sequences h, h + kPass, ... (sequences past n_seq as zeros:
         // a spare sequence of the bucket then adds nothing).
         const bool col_ok = stage_col < width;
@@ -477,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, NS <= 4 ? 3 : 2) weight_pass_multi(S
         }
         copy_async_commit();
     };
-    fetch(0, 0);
+    stage_inputs(0, 0);
     int stage = 0;
     for (int64_t c0 = 0; c0 < len; c0 += C, stage ^= 1) {
         const int width = static_cast<int>(len - c0 < C ? len - c0 : C);
@@ -488,7 +509,8 @@ __global__ void __launch_bounds__(kThreads, NS <= 4 ? 3 : 2) weight_pass_multi(S
             v[t] = v_next[t];
         }
         if (c0 + C < len) {
-            fetch(c0 + C, stage ^ 1);
+            fetch_wv(c0 + C);
+            stage_inputs(c0 + C, stage ^ 1);
             copy_async_wait<1>();  // this chunk's inputs have landed; the next chunk's may still fly
         } else {
             copy_async_wait<0>();
@@ -537,9 +559,11 @@ constexpr int kSingleSlots = 8;
 template <class Row, int G, int U = kSingleSlots>
 __global__ void __launch_bounds__(kThreads) weight_pass_single(StepArgs a) {
     static_assert(G >= 1 && G <= kWarp && (kWarp % G) == 0, "G divides the warp");
+    let_next_kernel_launch();
     const int64_t gid = global_thread();
     const int64_t r = gid / G;
     const int lane = static_cast<int>(gid % G);
+    await_prior_kernels();
     if (r >= Row::rows(a)) return;  // whole groups exit together
     const unsigned mask = G == kWarp ? 0xffffffffu : (((1u << G) - 1u) << ((threadIdx.x % kWarp) / G * G));
     const int64_t s = *a.step;
@@ -595,7 +619,11 @@ __global__ void spin(int64_t cycles) {  // keeps the GPU busy while the host enq
 }
 
 // Many sequences: this unit's squared errors (both halves, summed over sequences by output_deltas).
-__global__ void __launch_bounds__(kThreads) unit_errors(StepArgs a) { sum_unit_errors(a, blockIdx.x); }
+__global__ void __launch_bounds__(kThreads) unit_errors(StepArgs a) {
+    let_next_kernel_launch();
+    await_prior_kernels();
+    sum_unit_errors(a, blockIdx.x);
+}
 
 __global__ void fill(float* p, int64_t n, float value) {
     for (int64_t i = global_thread(); i < n; i += grid_threads()) p[i] = value;

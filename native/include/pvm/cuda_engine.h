@@ -22,6 +22,7 @@ namespace pvm {
 class CudaGraph;
 namespace kernels {
 struct StepArgs;
+struct StepLaunch;
 }
 
 class CudaEngine final : public Engine {
@@ -53,9 +54,9 @@ private:
     template <class Pixel, class Mark>
     void enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_frames = 0, int64_t first = 0);
     template <class Mark>
-    void enqueue_products(const kernels::StepArgs& a, Mark& mark);
+    void enqueue_products(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
     template <class Mark>
-    void enqueue_mma_passes(const kernels::StepArgs& a, Mark& mark);
+    void enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
     template <class Pixel>
     Pixel* upload_frames(const Pixel* frames);
     DeviceBuffer<float>& buffer(const std::string& name);
@@ -64,6 +65,10 @@ private:
     int device_;
     std::string name_;
     cudaStream_t stream_ = nullptr;
+    // A step's kernels as programmatic dependents of each other (dependent_launch.cuh; up to 8
+    // sequences): on sm_90 and later unless the environment sets PVM_CUDA_CHAIN=0 (to compare, or to
+    // rule it out).
+    bool chain_ = false;
 
     // Topology on the device.
     DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, h_bias_, raw_dst_, raw_src_, target_src_,
