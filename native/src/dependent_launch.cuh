@@ -3,9 +3,10 @@
 // before it in the stream has started (each calls let_next_kernel_launch() first thing): its blocks
 // take the SM slots that kernel leaves free and its last blocks leave behind, instead of waiting for it
 // to end and for a new launch to ramp up. Before await_prior_kernels() a kernel may only read what no
-// kernel before it in the step writes, as those may still run: the topology, and the weights and
-// momenta (a step writes them after every read of them). Every block calls await_prior_kernels() on every path, so a kernel
-// ends only after all before it have ended and their writes are visible: the chain keeps stream order.
+// kernel before it in the step writes, as those may still run (any of them, not only the one before):
+// the topology, and the weights and momenta (a step writes them after every read of them). Every block
+// calls await_prior_kernels() on every path, so a kernel ends only after all before it have ended and
+// their writes are visible: the chain keeps stream order.
 // Without the launch attribute (pre-Hopper, PVM_CUDA_CHAIN=0, profiling, and from 9 sequences on,
 // where it did not pay: cuda_engine.cu) both calls do nothing.
 #pragma once
