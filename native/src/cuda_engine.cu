@@ -190,8 +190,13 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     cudaDeviceProp prop{};
     PVM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+    // Programmatic edges in a captured graph (graph edge data) came with CUDA 12.3: with an older driver or
+    // runtime each kernel waits for the last to end, as before.
+    int driver = 0, runtime = 0;
+    PVM_CUDA_CHECK(cudaDriverGetVersion(&driver));
+    PVM_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
     const char* chain = std::getenv("PVM_CUDA_CHAIN");
-    chain_ = prop.major >= 9 && !(chain != nullptr && std::strcmp(chain, "0") == 0);
+    chain_ = prop.major >= 9 && std::min(driver, runtime) >= 12030 && !(chain != nullptr && std::strcmp(chain, "0") == 0);
     check_memory();
     PVM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 

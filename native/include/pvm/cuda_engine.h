@@ -66,8 +66,8 @@ private:
     std::string name_;
     cudaStream_t stream_ = nullptr;
     // A step's kernels as programmatic dependents of each other (dependent_launch.cuh; up to 8
-    // sequences): on sm_90 and later unless the environment sets PVM_CUDA_CHAIN=0 (to compare, or to
-    // rule it out).
+    // sequences): on sm_90 and later with CUDA 12.3 or later, unless the environment sets
+    // PVM_CUDA_CHAIN=0 (to compare, or to rule it out).
     bool chain_ = false;
 
     // Topology on the device.
