@@ -82,6 +82,8 @@ def test_bench_reports_rates_and_floor(backend):
         assert r["steps_per_s"] > 0 and r["frames_per_s"] == pytest.approx(r["steps_per_s"] * r["n_seq"])
         assert r["ratio_to_floor"] == pytest.approx(r["steps_per_s"] / r["floor_steps_per_s"])
         assert r["bandwidth_gb_per_s"] > 0 and r["bound"] in ("memory", "compute")
+        if not r["device"].startswith("cuda"):
+            assert r["chained_launches"] is False  # only the CUDA engine chains its kernels
     if backend == "auto" and rows[0]["backend"] == "native":
         assert set(rows[0]["phases_ms"]) == {"gather", "forward", "backward+update"}
 

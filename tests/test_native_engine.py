@@ -12,7 +12,7 @@ from conftest import random_frames
 
 from pvm_dist import build_engine, load_spec
 from pvm_dist.io import checkpoint
-from pvm_dist.engine.native import native_module
+from pvm_dist.engine.native import build_info, native_module
 
 pytestmark = pytest.mark.skipif(native_module() is None, reason="the native module is not built")
 
@@ -102,8 +102,6 @@ def test_checkpoints_move_between_backends(tmp_path):
 def test_native_rejects_bad_devices():
     with pytest.raises(ValueError, match="unknown device"):
         build_engine("tiny", backend="native", device="tpu")
-    from pvm_dist.engine.native import build_info
-
     if not build_info().get("devices"):
         with pytest.raises((RuntimeError, ValueError), match="CUDA|cuda"):
             build_engine("tiny", backend="native", device="cuda")
@@ -188,12 +186,16 @@ def test_native_cuda_is_bit_identical(n_seq):
 @pytest.mark.parametrize("n_seq", [1, 3, 8])
 def test_native_cuda_chained_launches_change_nothing(n_seq, monkeypatch):
     """A step's kernels launched as programmatic dependents (sm_90+) give the state of plain launches, bit for bit."""
+    info = build_info()
+    versions = [tuple(int(v) for v in info[k].split(".")[:2]) for k in ("cuda_runtime_version", "cuda_driver_version")]
+    can_chain = float(info["devices"][0]["compute_capability"]) >= 9.0 and min(versions) >= (12, 3)
     spec = transitions("small", 40)
     frames = random_frames(spec, 40, n_seq=n_seq)
     states = []
     for chain in ("0", "1"):
         monkeypatch.setenv("PVM_CUDA_CHAIN", chain)
         eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
+        assert eng.chained_launches == (chain == "1" and can_chain)
         eng.run(40, iter(frames))
         states.append(eng.state())
     for key in COMPARED:

@@ -117,6 +117,9 @@ void bind_engine(py::module_& m) {
             "(per (layer, half) sums of squared errors, the copy-last-frame baseline's [two-step, one-step] sums, "
             "steps covered) since the last call; resets them.")
         .def_property_readonly("device", &pvm::Engine::device_name)
+        .def_property_readonly("chained_launches", &pvm::Engine::chained_launches,
+                               "Whether a step's kernels launch as programmatic dependents of each other (CUDA, sm_90+, "
+                               "CUDA 12.3+, up to 8 sequences; PVM_CUDA_CHAIN=0 turns it off).")
         .def("synchronize", &pvm::Engine::synchronize, py::call_guard<py::gil_scoped_release>(),
              "Wait until queued device work is done.")
         .def(

@@ -439,7 +439,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     // copies moved ahead of the wait); 16, 32 and 64 lost 1% (66,153 -> 65,573, 105,675 -> 105,027,
     // 131,417 -> 129,811), 256 +0.7%. Profiling records an event between phases: each phase's time is
     // then its own, unchained.
-    const StepLaunch launch{stream_, chain_ && n < kProductSeqs && std::is_same_v<std::decay_t<Mark>, NoMark>};
+    const StepLaunch launch{stream_, chained_launches() && std::is_same_v<std::decay_t<Mark>, NoMark>};
     PVM_CUDA_CHECK(launch(assemble_inputs<Pixel>, dim3(blocks_for(t.x_total), static_cast<unsigned>((n + kGatherSeqs - 1) / kGatherSeqs)),
                           T, 0, a, d_frames, n_frames, first));
     if (a.n_raw > 0) {  // feed-context mode; the hidden vectors' constant 1s stay put (set_hidden_bias)
@@ -481,6 +481,8 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     }
     PVM_CUDA_CHECK(launch(advance_step, 1, 1, 0, a));
 }
+
+bool CudaEngine::chained_launches() const { return chain_ && cfg_.n_seq < kProductSeqs; }
 
 template <class Pixel>
 Pixel* CudaEngine::upload_frames(const Pixel* frames) {

@@ -38,6 +38,7 @@ public:
     void set_step_index(int64_t step) override;
     MetricSums take_metric_sums() override;
     std::string device_name() const override { return name_; }
+    bool chained_launches() const override;
     void synchronize() override;
     std::vector<std::pair<std::string, double>> profile_step_u8(const uint8_t* frames) override;
     void set_dataset_u8(const uint8_t* host_frames, int64_t n_frames, int64_t first_step) override;

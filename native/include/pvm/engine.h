@@ -42,6 +42,10 @@ public:
 
     virtual std::string device_name() const = 0;
 
+    // Whether a step's kernels launch as programmatic dependents of each other (the CUDA engine on sm_90+
+    // with CUDA 12.3+, up to 8 sequences, unless PVM_CUDA_CHAIN=0).
+    virtual bool chained_launches() const { return false; }
+
     // Wait until queued work is done (a no-op on the CPU).
     virtual void synchronize() {}
 

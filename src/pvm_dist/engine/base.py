@@ -29,6 +29,9 @@ class Engine(Protocol):
     @property
     def device_label(self) -> str: ...
 
+    @property
+    def chained_launches(self) -> bool: ...
+
     def step(self, frames: np.ndarray) -> None: ...
 
     def set_dataset(self, frames: Any, first_step: int | None = None) -> None: ...
@@ -101,6 +104,11 @@ class EngineBase:
     def device_label(self) -> str:
         """Where the engine computes: ``cpu`` unless an engine says otherwise."""
         return "cpu"
+
+    @property
+    def chained_launches(self) -> bool:
+        """Whether a step's GPU kernels launch chained (programmatic dependent launch): only the CUDA engine's."""
+        return False
 
     def synchronize(self) -> None:
         """Wait until queued steps have run (engines that queue work override this)."""

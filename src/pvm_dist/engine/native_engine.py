@@ -155,6 +155,11 @@ class NativeEngine(EngineBase):
         """The device as the engine names it, e.g. ``cuda:0 (NVIDIA H200)`` or ``cpu``."""
         return str(self._engine.device)
 
+    @property
+    def chained_launches(self) -> bool:
+        """Whether a step's kernels launch chained (CUDA, sm_90+, up to 8 sequences; ``PVM_CUDA_CHAIN=0``: off)."""
+        return bool(self._engine.chained_launches)
+
     def synchronize(self) -> None:
         """Wait until the queued steps have run (for timing; state reads synchronise anyway)."""
         self._engine.synchronize()

@@ -40,6 +40,7 @@ class BenchResult:
     bound: str  # "memory" or "compute": which term sets the floor
     phases_ms: dict[str, float]
     frames: str = "host"  # "host": uploaded every step; "device": a dataset held on the device
+    chained_launches: bool = False  # a step's kernels launched as programmatic dependents (CUDA, sm_90+)
 
 
 def _cuda_index(device: str) -> int:
@@ -114,7 +115,7 @@ def run_bench(spec: Spec, n_seq: int, backend: str = "auto", device: str | None 
         steps_per_s=rate, frames_per_s=rate * n_seq, achieved_gb_per_s=rate * bytes_per_step / 1e9,
         achieved_gflop_per_s=rate * flops_per_step / 1e9, bandwidth_gb_per_s=bandwidth / 1e9,
         floor_steps_per_s=floor, ratio_to_floor=rate / floor,
-        bound=bound, phases_ms=phases, frames=frames)
+        bound=bound, phases_ms=phases, frames=frames, chained_launches=engine.chained_launches)
 
 
 def as_row(r: BenchResult) -> dict[str, Any]:
