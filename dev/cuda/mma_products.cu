@@ -118,7 +118,7 @@ std::vector<float> result(const StepArgs& a, const Layout& L, int64_t n, int whi
 
 template <class P, class Shape>
 void launch_mma(const StepArgs& a, const std::vector<int32_t>& t, const int32_t* d) {
-    mma_product<P, Shape><<<static_cast<unsigned>(t.size() / 3), kMmaProductThreads, mma_product_shared_bytes<Shape>()>>>(a, d);
+    mma_product<P, Shape><<<static_cast<unsigned>(t.size() / 3), Shape::kThreads, mma_product_shared_bytes<Shape>()>>>(a, d);
 }
 
 // One product at n sequences under each shape in Shapes: checked against `want`, then timed.
@@ -148,10 +148,10 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
         const double err = relative_error(got, expect);
         const double us = time_us([&] { launch_mma<P, Shape>(a, t, d); });  // W, V keep changing: fine for timing
         char label[64];
-        std::snprintf(label, sizeof label, "64x%d slab %dx%d, %d/SM", Shape::kCols, Shape::kSlab, Shape::kStages,
-                      Shape::kMinBlocks);
+        std::snprintf(label, sizeof label, "64x%d slab %dx%d, %d/SM, %dx%d w", Shape::kCols, Shape::kSlab, Shape::kStages,
+                      Shape::kMinBlocks, Shape::kWarpsM, Shape::kWarpsN);
         const bool good = err <= 5e-6;  // 3xTF32: ~22 bits per operand; sums of ~1,000 terms measured at 2.2e-6
-        std::printf("    %-24s %8.1f us  %6.1f TFLOP/s  %5.0f%% of copy  rel err %.1e %s\n", label, us,
+        std::printf("    %-32s %8.1f us  %6.1f TFLOP/s  %5.0f%% of copy  rel err %.1e %s\n", label, us,
                     flops / us * 1e-6, 100.0 * bytes / (us * 1e-6) / copy_bw, err, good ? "ok" : "FAIL");
         ok &= good;
     };
@@ -175,24 +175,25 @@ int main(int argc, char** argv) {
         const double N = static_cast<double>(n);
         std::printf("n_seq %ld\n", static_cast<long>(n));
         const State S(L, n);
-        using Wide = MmaShape<128, 16, 4, 2>;
-        using WideDeep = MmaShape<128, 32, 3, 2>;
-        using NarrowDeep = MmaShape<64, 32, 4, 2>;
-        using Narrow = MmaShape<64, 16, 4, 3>;
-        using NarrowShallow = MmaShape<64, 8, 4, 4>;
-        ok &= bench<W0Forward, Wide, WideDeep, NarrowDeep>(
+        // The engine's shapes (unit_products.cuh) first, then the ones they replaced or beat (benchmarks/NOTES.md).
+        using Wide2x4 = MmaShape<128, 16, 4, 2>;
+        using Wide2x2 = MmaShape<128, 16, 4, 3, 2, 2>;
+        using Narrow1x4 = MmaShape<64, 16, 4, 4, 1, 4>;
+        using Narrow1x2 = MmaShape<64, 16, 4, 6, 1, 2>;
+        using Shallow1x4 = MmaShape<64, 8, 4, 4, 1, 4>;
+        ok &= bench<W0Forward, MmaWide, MmaWideFew, Wide2x4, Wide2x2>(
             "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_total), 2.0 * N * w0, forward_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
-        ok &= bench<W0Update, Wide, WideDeep, NarrowDeep>(
+        ok &= bench<W0Update, MmaWide, MmaWideFew, Wide2x4, Wide2x2>(
             "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_total, 2.0 * N * w0, update_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
-        ok &= bench<W1Forward, Narrow, NarrowShallow, NarrowDeep>(
+        ok &= bench<W1Forward, MmaNarrowShallow, Shallow1x4, MmaNarrowQuad>(
             "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, forward_ref(L, S, n, false),
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), n, kHidden + 1}; }, copy_bw);
-        ok &= bench<W1Update, Narrow, NarrowShallow, NarrowDeep>(
+        ok &= bench<W1Update, MmaNarrowQuad, MmaNarrow, Narrow1x4, Narrow1x2>(
             "W1 update", 3, L, S, n, 16.0 * w1 + 4.0 * N * L.y_total, 2.0 * N * w1, update_ref(L, S, n, false),
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), kHidden + 1, n}; }, copy_bw);
-        ok &= bench<HiddenDeltas, Narrow, NarrowShallow, NarrowDeep>(
+        ok &= bench<HiddenDeltas, MmaNarrow, MmaNarrowQuad, Narrow1x4>(
             "hidden deltas", 2, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, hidden_deltas_ref(L, S, n),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, outputs(u)}; }, copy_bw);
     }

@@ -159,10 +159,10 @@ std::vector<int32_t> product_tiles(int64_t n_units, int cols, Extent m, Extent n
 }
 
 // Lets the tensor-core kernel of product P have its dynamic shared memory (over the 48 KB default).
-template <class P>
+template <class P, class Shape = typename P::MmaTiles>
 void allow_mma_product_shared() {
-    PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::mma_product<P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kernels::mma_product_shared_bytes<typename P::MmaTiles>())));
+    PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::mma_product<P, Shape>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kernels::mma_product_shared_bytes<Shape>())));
 }
 
 // First unit id of every layer, plus n_units (units are numbered layer by layer).
@@ -249,6 +249,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::MmaTiles::kCols, hidden, seqs, inputs));
             w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::MmaTiles::kCols, hidden, inputs, seqs));
             allow_mma_product_shared<kernels::W0Forward>();
+            allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::MmaTilesOneColumn>();
             allow_mma_product_shared<kernels::W0Update>();
         }
         if (n > kMmaW1MaxSeqs) {
@@ -330,10 +331,10 @@ void CudaEngine::check_memory() const {
 
 namespace {
 
-template <class Product>
+template <class Product, class Shape = typename Product::MmaTiles>
 void launch_product(const kernels::StepArgs& a, const DeviceBuffer<int32_t>& tiles, const kernels::StepLaunch& launch) {
-    PVM_CUDA_CHECK(launch(kernels::mma_product<Product>, static_cast<unsigned>(tiles.size() / 3), kernels::kMmaProductThreads,
-                          kernels::mma_product_shared_bytes<typename Product::MmaTiles>(), a, tiles.data()));
+    PVM_CUDA_CHECK(launch(kernels::mma_product<Product, Shape>, static_cast<unsigned>(tiles.size() / 3), Shape::kThreads,
+                          kernels::mma_product_shared_bytes<Shape>(), a, tiles.data()));
 }
 
 }  // namespace
@@ -358,7 +359,10 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         launch_product<W1Update>(a, w1_update_, launch);
         mark("w1 update");
     } else {
-        launch_product<W0Forward>(a, w0_forward_, launch);
+        if (a.n_seq <= W0Forward::MmaTiles::kCols)
+            launch_product<W0Forward, W0Forward::MmaTilesOneColumn>(a, w0_forward_, launch);
+        else
+            launch_product<W0Forward>(a, w0_forward_, launch);
         mark("w0 forward");
         launch_product<W1Forward>(a, w1_forward_, launch);
         mark("w1 forward");

@@ -1,7 +1,9 @@
 // Many sequences on tensor cores: the per-unit products of unit_products.cuh as 3xTF32 mma.sync m16n8k8,
 //   C[m, n] = sum_k A[k, m] B[k, n].
-// A block of 8 warps computes a 64 x kCols tile of one unit's C: 2 row halves x 4 column quarters, each
-// warp 32 x kCols/4 as 2 x kCols/32 fragments of 16 x 8 (a B value split once serves two row fragments).
+// A block computes a 64 x kCols tile of one unit's C with kWarpsM x kWarpsN warps (MmaShape; 2 x 4 by
+// default: each warp 32 x kCols/4 as 2 x kCols/32 fragments of 16 x 8, so a B value split once serves two
+// row fragments and an A value kCols/32 column fragments). Which warp sums an output does not change its
+// sum: every output is one fragment's fixed sequence of mma steps over k.
 // k advances in slabs of kSlab that stream through kStages stages of shared memory (cp.async): kStages - 1
 // slabs are in flight while one is multiplied. A fragment value is split where it is read, hi = tf32(v),
 // lo = v - hi (split() in mma_pass.cuh). Row strides of 8 mod 32 words make the reads conflict-free.
@@ -22,8 +24,7 @@
 namespace pvm {
 namespace kernels {
 
-constexpr int kMmaProductThreads = 256;  // 8 warps: 2 row halves x 4 column quarters
-constexpr int kMmaProductRows = 64;      // rows (m) per block tile
+constexpr int kMmaProductRows = 64;  // rows (m) per block tile
 
 // Shared memory of one block of shape S: S::kStages slabs of A ([k][m]) and B ([k][n]).
 template <class S>
@@ -31,17 +32,17 @@ __host__ __device__ constexpr int mma_product_stage_floats() { return S::kSlab *
 template <class S>
 __host__ __device__ constexpr size_t mma_product_shared_bytes() { return sizeof(float) * S::kStages * mma_product_stage_floats<S>(); }
 
-// The cp.async copies of one operand's slabs that this thread issues. Slab entry e = thread + c * 256
+// The cp.async copies of one operand's slabs that this thread issues. Slab entry e = thread + c * threads
 // (copy c): along k, consecutive threads take consecutive k (coalesced rows) and copy c moves to the
-// entry 256 / kSlab further along x (m or n); otherwise consecutive x, and c moves along k. So a
+// entry threads / kSlab further along x (m or n); otherwise consecutive x, and c moves along k. So a
 // thread's copies are one address stepped by copy_step, moved by slab_step per slab, and whether a copy
 // is inside the matrix is a bit (along x) and one compare with what is left along k: no index arithmetic
 // per copy (computing every address and bound from (k, x) was a third of mma_product's instructions).
-template <bool kAlongK, int kExtent, int kSlab, int kStride>
+template <bool kAlongK, int kExtent, int kSlab, int kStride, int kThreadCount>
 struct SlabCopies {
-    static constexpr int kInner = kAlongK ? kSlab : kExtent, kOuterStep = kMmaProductThreads / kInner;
-    static constexpr int kCopies = kSlab * kExtent / kMmaProductThreads;
-    static_assert(kMmaProductThreads % kInner == 0 && kCopies * kMmaProductThreads == kSlab * kExtent, "whole copies");
+    static constexpr int kInner = kAlongK ? kSlab : kExtent, kOuterStep = kThreadCount / kInner;
+    static constexpr int kCopies = kSlab * kExtent / kThreadCount;
+    static_assert(kThreadCount % kInner == 0 && kCopies * kThreadCount == kSlab * kExtent, "whole copies");
     static_assert(kCopies <= 32, "one bit per copy");
     const float *base, *src;  // the operand's first entry (a safe address), this thread's copy 0 in slab 0
     int64_t copy_step, slab_step, k_end;  // k_end: K - (copy 0's k), so that slab k0 has K - k0 - k left
@@ -76,10 +77,12 @@ struct SlabCopies {
 // The tiles are listed by the host as (unit, first m, first n), heaviest first (product_tiles).
 // Launched with mma_product_shared_bytes<Shape>() of dynamic shared memory.
 template <class P, class Shape = typename P::MmaTiles>
-__global__ void __launch_bounds__(kMmaProductThreads, Shape::kMinBlocks)
+__global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     mma_product(StepArgs args, const int32_t* __restrict__ tiles) {
     constexpr int BM = kMmaProductRows, BN = Shape::kCols, KS = Shape::kSlab, kStages = Shape::kStages;
-    constexpr int MT = 2, NT = BN / 32;  // a warp: 32 rows x BN/4 columns, as MT x NT fragments of 16 x 8
+    constexpr int kThreadCount = Shape::kThreads, WM = Shape::kWarpsM, WN = Shape::kWarpsN;
+    constexpr int MT = BM / (16 * WM), NT = BN / (8 * WN);  // a warp: MT x NT fragments of 16 x 8
+    static_assert(MT * 16 * WM == BM && NT * 8 * WN == BN, "whole fragments per warp");
     constexpr int kAStride = BM + 8, kBStride = BN + 8;
     static_assert(kAStride % 32 == 8 && kBStride % 32 == 8, "conflict-free fragment reads");
     static_assert(KS % 8 == 0 && BN % 32 == 0, "slabs of whole k-steps, columns of whole fragments");
@@ -90,7 +93,7 @@ __global__ void __launch_bounds__(kMmaProductThreads, Shape::kMinBlocks)
     const P p(args, u);
     if constexpr (P::kUpdate) {
         if (p.inactive) {  // a unit not yet learning: only its V is cleared
-            for (int e = threadIdx.x; e < BM * BN; e += kMmaProductThreads) {
+            for (int e = threadIdx.x; e < BM * BN; e += kThreadCount) {
                 const int64_t m = m0 + e / BN, n = n0 + e % BN;
                 if (m < p.M && n < p.N) p.clear(m, n);
             }
@@ -99,13 +102,13 @@ __global__ void __launch_bounds__(kMmaProductThreads, Shape::kMinBlocks)
     }
     const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
     const int g = lane / 4, t = lane % 4;
-    const int wm = 32 * (warp % 2), wn = (BN / 4) * (warp / 2);  // the warp's first row and column in the tile
+    const int wm = 16 * MT * (warp % WM), wn = 8 * NT * (warp / WM);  // the warp's first row and column in the tile
     bool live[MT];  // the warp's row fragments that hold rows of the matrix (warp-uniform)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) live[mt] = m0 + wm + 16 * mt < p.M;
 
-    const SlabCopies<P::kAAlongK, BM, KS, kAStride> a_copies(p.A, m0, p.K, p.M);
-    const SlabCopies<P::kBAlongK, BN, KS, kBStride> b_copies(p.B, n0, p.K, p.N);
+    const SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount> a_copies(p.A, m0, p.K, p.M);
+    const SlabCopies<P::kBAlongK, BN, KS, kBStride, kThreadCount> b_copies(p.B, n0, p.K, p.N);
     const int64_t n_slabs = (p.K + KS - 1) / KS;
     auto fetch = [&](int64_t i) {  // slab i into stage i % kStages; always commits a group
         if (i < n_slabs) {

@@ -15,13 +15,21 @@ namespace pvm {
 namespace kernels {
 
 // A tile shape of mma_product: kCols columns per 64-row tile, slabs kSlab deep through kStages stages of
-// shared memory, at least kMinBlocks blocks per SM.
-template <int Cols, int Slab, int Stages, int MinBlocks>
+// shared memory, at least kMinBlocks blocks per SM; kWarpsM x kWarpsN warps, each 64/kWarpsM rows x
+// kCols/kWarpsN columns of the tile.
+template <int Cols, int Slab, int Stages, int MinBlocks, int WarpsM = 2, int WarpsN = 4>
 struct MmaShape {
     static constexpr int kCols = Cols, kSlab = Slab, kStages = Stages, kMinBlocks = MinBlocks;
+    static constexpr int kWarpsM = WarpsM, kWarpsN = WarpsN, kThreads = 32 * WarpsM * WarpsN;
 };
-using MmaWide = MmaShape<128, 16, 4, 2>;
+// 4 warps of 64 x 32 (an A value split once serves 4 fragments, a B value 4); 168 registers.
+using MmaWide = MmaShape<128, 16, 4, 3, 1, 4>;
+// The same at 2 blocks per SM (200 registers, no spills): better where a product has one column tile per
+// unit (W0 forward up to 128 sequences: 265 tiles for small leave a third block per SM nothing to do).
+using MmaWideFew = MmaShape<128, 16, 4, 2, 1, 4>;
+static_assert(MmaWideFew::kCols == MmaWide::kCols, "one tile list serves both");
 using MmaNarrow = MmaShape<64, 16, 4, 3>;
+using MmaNarrowQuad = MmaShape<64, 16, 4, 4, 2, 2>;  // 4 warps of 32 x 32
 using MmaNarrowShallow = MmaShape<64, 8, 4, 4>;  // the short W1 forward sums (K = 50)
 
 // ---- the products ----------------------------------------------------------------------------
@@ -57,6 +65,7 @@ struct Forward {
 // h(s) = phi(W0 x(s)): m = hidden row, k = input i.
 struct W0Forward : Forward {
     using MmaTiles = MmaWide;
+    using MmaTilesOneColumn = MmaWideFew;  // up to MmaTiles::kCols sequences
     __device__ W0Forward(const StepArgs& a, int64_t u)
         : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], a.w0_off[u], a.x + a.x_off[u], a.x_total, a.h + a.h_off[u],
                   a.h_total) {}
@@ -133,7 +142,7 @@ struct W0Update : Update {
 // W1: m = output j, n = hidden k; A = lr * delta_out(s-2), B = h(s-2).
 struct W1Update : Update {
     static constexpr bool kScaleA = true;
-    using MmaTiles = MmaNarrow;
+    using MmaTiles = MmaNarrowQuad;
     __device__ W1Update(const StepArgs& args, int64_t unit)
         : Update(args, args.y_off[unit + 1] - args.y_off[unit], args.h_off[unit + 1] - args.h_off[unit],
                  args.w1_off[unit], unit) {
