@@ -19,9 +19,9 @@ SPECS=${PVM_BENCH_SPECS:-small,med,LARGE}
 if [ -n "${PVM_SITE:-}" ]; then mkdir -p /tmp/site && tar xJf "$PVM_SITE" -C /tmp/site && export PYTHONPATH=/tmp/site; fi
 
 echo "== GPU"; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT_DIR/gpu.txt"
-echo "== build (sm_${PVM_CUDA_ARCHS:-90})"
+echo "== build (sm_${PVM_CUDA_ARCHS:-90a})"
 start=$(date +%s)
-CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${PVM_CUDA_ARCHS:-90}" python3 -m pip install --no-build-isolation --no-deps -q . \
+CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${PVM_CUDA_ARCHS:-90a}" python3 -m pip install --no-build-isolation --no-deps -q . \
     > "$OUT_DIR/build.log" 2>&1 || { tail -30 "$OUT_DIR/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - start )) s"
 cd /tmp && python3 -c "import pvm_dist._native as n, json; print(json.dumps(n.build_info()))" | tee "$OUT_DIR/build_info.json"; cd - > /dev/null

@@ -84,6 +84,7 @@ def test_bench_reports_rates_and_floor(backend):
         assert r["bandwidth_gb_per_s"] > 0 and r["bound"] in ("memory", "compute")
         if not r["device"].startswith("cuda"):
             assert r["chained_launches"] is False  # only the CUDA engine chains its kernels
+            assert r["wgmma_products"] is False  # and only it has wgmma products
     if backend == "auto" and rows[0]["backend"] == "native":
         assert set(rows[0]["phases_ms"]) == {"gather", "forward", "backward+update"}
 

@@ -204,6 +204,26 @@ def test_native_cuda_chained_launches_change_nothing(n_seq, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name,n_seq", [("tiny", 96), ("small", 128), ("small", 256)])
+def test_native_cuda_wgmma_products_agree_with_mma(name, n_seq, monkeypatch):
+    """The W0 products on wgmma (sm_90a) give the state of the mma.sync products within the GPU tolerance."""
+    info = build_info()
+    hopper = float(info["devices"][0]["compute_capability"]) == 9.0 and "90a" in str(info.get("cuda_architectures", ""))
+    spec = transitions(name, 40)
+    frames = random_frames(spec, 40, n_seq=n_seq)
+    states = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("PVM_CUDA_WGMMA", flag)
+        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
+        assert eng.wgmma_products == (flag == "1" and hopper)
+        eng.run(40, iter(frames))
+        states.append(eng.state())
+    errs = relative_errors(states[0], states[1])
+    print(f"{name} n_seq={n_seq} wgmma vs mma.sync: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
+    assert max(errs.values()) <= 1e-4, errs
+
+
+@pytest.mark.gpu
 def test_cuda_out_of_memory_says_how_much():
     from pvm_dist.model.budget import MemoryBudgetError
     from pvm_dist.model.spec import DERIVATIVE_MODES

@@ -4,9 +4,11 @@
 // 700..1499 inputs and 150..409 outputs per unit. Each product is checked and timed under several tile
 // shapes, with its least traffic (operands once, W and V read and written for an update) against the
 // copy rate.
-//   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o mma_products mma_products.cu
+//   nvcc -std=c++17 -O3 -arch=sm_90a -fmad=false -I../../native/include -o mma_products mma_products.cu
+// (sm_90a for the wgmma_product shapes; with another -arch they are skipped)
 //   ./mma_products [n_seq ...]        (default: 64 256)
 #include "../../native/src/mma_products.cuh"
+#include "../../native/src/wgmma_product.cuh"
 #include "step_state.h"
 
 #include <array>
@@ -116,9 +118,22 @@ std::vector<float> result(const StepArgs& a, const Layout& L, int64_t n, int whi
     }
 }
 
+bool wgmma_in_binary() {
+    static const bool built = [] {
+        int* d = nullptr;
+        int h = 0;
+        CHECK(cudaMalloc(&d, sizeof(int)));
+        wgmma_built<<<1, 1>>>(d);
+        CHECK(cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost));
+        CHECK(cudaFree(d));
+        return h == 1;
+    }();
+    return built;
+}
+
 template <class P, class Shape>
 void launch_mma(const StepArgs& a, const std::vector<int32_t>& t, const int32_t* d) {
-    mma_product<P, Shape><<<static_cast<unsigned>(t.size() / 3), Shape::kThreads, mma_product_shared_bytes<Shape>()>>>(a, d);
+    product_kernel<P, Shape>()<<<static_cast<unsigned>(t.size() / 3), Shape::kThreads, product_shared_bytes<Shape>()>>>(a, d);
 }
 
 // One product at n sequences under each shape in Shapes: checked against `want`, then timed.
@@ -129,12 +144,16 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
     bool ok = true;
     auto one = [&](auto shape) {
         using Shape = decltype(shape);
+        if (IsWgmmaShape<Shape>::value && !wgmma_in_binary()) {
+            std::printf("    wgmma shape skipped: build with -arch=sm_90a on an H100/H200\n");
+            return;
+        }
         DeviceScope dev;
         const StepArgs a = upload(dev, L, S, n, kStep);
         const auto t = tiles(Shape::kCols, mnk);
         const int32_t* d = dev.put(t);
-        CHECK(cudaFuncSetAttribute(mma_product<P, Shape>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(mma_product_shared_bytes<Shape>())));
+        CHECK(cudaFuncSetAttribute(product_kernel<P, Shape>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(product_shared_bytes<Shape>())));
         launch_mma<P, Shape>(a, t, d);
         CHECK_LAUNCH();
         CHECK(cudaDeviceSynchronize());
@@ -148,8 +167,8 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
         const double err = relative_error(got, expect);
         const double us = time_us([&] { launch_mma<P, Shape>(a, t, d); });  // W, V keep changing: fine for timing
         char label[64];
-        std::snprintf(label, sizeof label, "64x%d slab %dx%d, %d/SM, %dx%d w", Shape::kCols, Shape::kSlab, Shape::kStages,
-                      Shape::kMinBlocks, Shape::kWarpsM, Shape::kWarpsN);
+        std::snprintf(label, sizeof label, "%s64x%d slab %dx%d, %d/SM, %dx%d w", IsWgmmaShape<Shape>::value ? "wgmma " : "",
+                      Shape::kCols, Shape::kSlab, Shape::kStages, Shape::kMinBlocks, Shape::kWarpsM, Shape::kWarpsN);
         const bool good = err <= 5e-6;  // 3xTF32: ~22 bits per operand; sums of ~1,000 terms measured at 2.2e-6
         std::printf("    %-32s %8.1f us  %6.1f TFLOP/s  %5.0f%% of copy  rel err %.1e %s\n", label, us,
                     flops / us * 1e-6, 100.0 * bytes / (us * 1e-6) / copy_bw, err, good ? "ok" : "FAIL");
@@ -181,10 +200,12 @@ int main(int argc, char** argv) {
         using Narrow1x4 = MmaShape<64, 16, 4, 4, 1, 4>;
         using Narrow1x2 = MmaShape<64, 16, 4, 6, 1, 2>;
         using Shallow1x4 = MmaShape<64, 8, 4, 4, 1, 4>;
-        ok &= bench<W0Forward, MmaWide, MmaWideFew, Wide2x4, Wide2x2>(
+        using WgmmaDeep = WgmmaShape<128, 16, 3, 2>;     // W0 forward's one-column shape on sm_90a
+        using WgmmaShallow = WgmmaShape<128, 8, 5, 3>;   // W0 update's on sm_90a
+        ok &= bench<W0Forward, MmaWide, MmaWideFew, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
             "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_total), 2.0 * N * w0, forward_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
-        ok &= bench<W0Update, MmaWide, MmaWideFew, Wide2x4, Wide2x2>(
+        ok &= bench<W0Update, MmaWide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(
             "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_total, 2.0 * N * w0, update_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
         ok &= bench<W1Forward, MmaNarrowShallow, Shallow1x4, MmaNarrowQuad>(

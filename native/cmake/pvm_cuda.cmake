@@ -7,9 +7,11 @@
 # scikit-build-core's build/{wheel_tag}) follows the environment of each build instead of the first.
 #
 # Output: PVM_WITH_CUDA (TRUE/FALSE). When TRUE, CUDA is enabled, CUDAToolkit is found, and
-# CMAKE_CUDA_ARCHITECTURES is set (default: SASS for sm_80 and sm_90 plus PTX for compute_90: sm_86 and
-# sm_89 GPUs run sm_80's code, newer ones JIT the PTX; two compilations per kernel instead of four keeps
-# the install short. Set CMAKE_CUDA_ARCHITECTURES or CUDAARCHS for one GPU's own, e.g. 89).
+# CMAKE_CUDA_ARCHITECTURES is set (default: SASS for sm_80 and sm_90a plus PTX for compute_90: sm_86 and
+# sm_89 GPUs run sm_80's code, H100/H200 sm_90a's (with the wgmma products, wgmma_product.cuh), newer
+# ones JIT the PTX; two compilations per kernel instead of four keeps the install short. Set
+# CMAKE_CUDA_ARCHITECTURES or CUDAARCHS for one GPU's own, e.g. 89; 90a for a Hopper GPU, as 90 has
+# no wgmma).
 
 set(PVM_DIST_CUDA "" CACHE STRING
     "Build the native engine with CUDA: AUTO, ON or OFF (empty: the PVM_DIST_CUDA environment variable, else AUTO)")
@@ -50,7 +52,7 @@ endif()
 
 # Must be set before enable_language(CUDA), which would otherwise pick the compiler's default.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
-  set(CMAKE_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "CUDA architectures to build for")
+  set(CMAKE_CUDA_ARCHITECTURES "80-real;90a-real;90-virtual" CACHE STRING "CUDA architectures to build for")
 endif()
 
 enable_language(CUDA)

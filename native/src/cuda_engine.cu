@@ -15,6 +15,7 @@
 #include "mma_products.cuh"
 #include "step_kernels.cuh"
 #include "unit_products.cuh"
+#include "wgmma_product.cuh"
 
 namespace pvm {
 
@@ -161,8 +162,8 @@ std::vector<int32_t> product_tiles(int64_t n_units, int cols, Extent m, Extent n
 // Lets the tensor-core kernel of product P have its dynamic shared memory (over the 48 KB default).
 template <class P, class Shape = typename P::MmaTiles>
 void allow_mma_product_shared() {
-    PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::mma_product<P, Shape>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kernels::mma_product_shared_bytes<Shape>())));
+    PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::product_kernel<P, Shape>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kernels::product_shared_bytes<Shape>())));
 }
 
 // First unit id of every layer, plus n_units (units are numbered layer by layer).
@@ -197,6 +198,17 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     PVM_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
     const char* chain = std::getenv("PVM_CUDA_CHAIN");
     chain_ = prop.major >= 9 && std::min(driver, runtime) >= 12030 && !(chain != nullptr && std::strcmp(chain, "0") == 0);
+    // The W0 products on wgmma (wgmma_product.cuh) where this binary holds them for this device: an sm_90a
+    // build on compute capability 9.0 (PVM_CUDA_WGMMA=0 keeps mma.sync, for comparisons).
+    const char* wgmma = std::getenv("PVM_CUDA_WGMMA");
+    if (prop.major == 9 && prop.minor == 0 && !(wgmma != nullptr && std::strcmp(wgmma, "0") == 0)) {
+        DeviceBuffer<int> built(1);
+        kernels::wgmma_built<<<1, 1>>>(built.data());
+        PVM_CUDA_CHECK(cudaGetLastError());
+        int h = 0;
+        PVM_CUDA_CHECK(cudaMemcpy(&h, built.data(), sizeof h, cudaMemcpyDeviceToHost));
+        wgmma_ = h == 1;
+    }
     check_memory();
     PVM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
@@ -251,6 +263,10 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             allow_mma_product_shared<kernels::W0Forward>();
             allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::MmaTilesOneColumn>();
             allow_mma_product_shared<kernels::W0Update>();
+            if (wgmma_) {
+                allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::WgmmaTilesOneColumn>();
+                allow_mma_product_shared<kernels::W0Update, kernels::W0Update::WgmmaTiles>();
+            }
         }
         if (n > kMmaW1MaxSeqs) {
             w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::MmaTiles::kCols, outputs, seqs, hidden_len));
@@ -333,8 +349,8 @@ namespace {
 
 template <class Product, class Shape = typename Product::MmaTiles>
 void launch_product(const kernels::StepArgs& a, const DeviceBuffer<int32_t>& tiles, const kernels::StepLaunch& launch) {
-    PVM_CUDA_CHECK(launch(kernels::mma_product<Product, Shape>, static_cast<unsigned>(tiles.size() / 3), Shape::kThreads,
-                          kernels::mma_product_shared_bytes<Shape>(), a, tiles.data()));
+    PVM_CUDA_CHECK(launch(kernels::product_kernel<Product, Shape>(), static_cast<unsigned>(tiles.size() / 3), Shape::kThreads,
+                          kernels::product_shared_bytes<Shape>(), a, tiles.data()));
 }
 
 }  // namespace
@@ -359,14 +375,23 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         launch_product<W1Update>(a, w1_update_, launch);
         mark("w1 update");
     } else {
-        if (a.n_seq <= W0Forward::MmaTiles::kCols)
-            launch_product<W0Forward, W0Forward::MmaTilesOneColumn>(a, w0_forward_, launch);
-        else
+        // wgmma (sm_90a) where the workbench measured it ahead: the one-column forward and the update
+        // (benchmarks/NOTES.md); the tile lists are the same (128 columns).
+        static_assert(W0Forward::WgmmaTilesOneColumn::kCols == W0Forward::MmaTiles::kCols &&
+                          W0Update::WgmmaTiles::kCols == W0Update::MmaTiles::kCols, "one tile list per product");
+        if (a.n_seq > W0Forward::MmaTiles::kCols)
             launch_product<W0Forward>(a, w0_forward_, launch);
+        else if (wgmma_)
+            launch_product<W0Forward, W0Forward::WgmmaTilesOneColumn>(a, w0_forward_, launch);
+        else
+            launch_product<W0Forward, W0Forward::MmaTilesOneColumn>(a, w0_forward_, launch);
         mark("w0 forward");
         launch_product<W1Forward>(a, w1_forward_, launch);
         mark("w1 forward");
-        launch_product<W0Update>(a, w0_update_, launch);
+        if (wgmma_)
+            launch_product<W0Update, W0Update::WgmmaTiles>(a, w0_update_, launch);
+        else
+            launch_product<W0Update>(a, w0_update_, launch);
         mark("w0 update");
         launch_product<W1Update>(a, w1_update_, launch);
         mark("w1 update");
@@ -487,6 +512,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
 }
 
 bool CudaEngine::chained_launches() const { return chain_ && cfg_.n_seq < kProductSeqs; }
+bool CudaEngine::wgmma_products() const { return wgmma_ && cfg_.n_seq > kMmaMaxSeqs; }
 
 template <class Pixel>
 Pixel* CudaEngine::upload_frames(const Pixel* frames) {

@@ -21,6 +21,7 @@
 #include "mma_pass.cuh"
 #include "unit_products.cuh"
 
+
 namespace pvm {
 namespace kernels {
 
@@ -58,8 +59,12 @@ struct SlabCopies {
         x_inside = 0;
         for (int c = 0; c < kCopies; ++c)
             if (x0 + x + (kAlongK ? c * kOuterStep : 0) < X) x_inside |= 1u << c;
-        dst = k * kStride + x;
+        dst = k * kStride + (x ^ swizzle(k));
     }
+    // Along k, a warp's copies are 16 or 32 k x a few x: rows kStride = 8 (mod 32) words apart put k and
+    // k + 4 in one bank. x is stored xor'ed with 2 * (k / 4 % 4) there, which spreads a warp's stores over all
+    // 32 banks; the fragment reads (k / 4 fixed per read) stay conflict-free. Along x there is nothing to fix.
+    __host__ __device__ static constexpr int swizzle(int k) { return kAlongK && kOuterStep % 8 == 0 ? 2 * (k / 4 % 4) : 0; }
     // Slab i into its stage; entries past the matrix as zeros.
     __device__ void copy(float* stage, int64_t i) const {
         const int64_t left = k_end - i * kSlab;  // copy c is inside along k if its k offset is below this
@@ -107,8 +112,10 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) live[mt] = m0 + wm + 16 * mt < p.M;
 
-    const SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount> a_copies(p.A, m0, p.K, p.M);
-    const SlabCopies<P::kBAlongK, BN, KS, kBStride, kThreadCount> b_copies(p.B, n0, p.K, p.N);
+    using ACopies = SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount>;
+    using BCopies = SlabCopies<P::kBAlongK, BN, KS, kBStride, kThreadCount>;
+    const ACopies a_copies(p.A, m0, p.K, p.M);
+    const BCopies b_copies(p.B, n0, p.K, p.N);
     const int64_t n_slabs = (p.K + KS - 1) / KS;
     auto fetch = [&](int64_t i) {  // slab i into stage i % kStages; always commits a group
         if (i < n_slabs) {
@@ -135,16 +142,17 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const int k = kk + t + (e >= 2 ? 4 : 0), m = wm + 16 * mt + g + (e % 2 == 1 ? 8 : 0);
-                    const float av = As[k * kAStride + m];
+                    const int k = kk + t + (e >= 2 ? 4 : 0), m = wm + 16 * mt + (e % 2 == 1 ? 8 : 0);
+                    const float av = As[k * kAStride + m + (g ^ ACopies::swizzle(kk + (e >= 2 ? 4 : 0)))];
                     const Split v = split(P::kScaleA ? __fmul_rn(p.a_scale, av) : av);
                     ah[mt][e] = v.hi;
                     al[mt][e] = v.lo;
                 }
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
-                const int n = wn + 8 * j + g;
-                const Split b0 = split(Bs[(kk + t) * kBStride + n]), b1 = split(Bs[(kk + t + 4) * kBStride + n]);
+                const int n = wn + 8 * j;
+                const Split b0 = split(Bs[(kk + t) * kBStride + n + (g ^ BCopies::swizzle(kk))]);
+                const Split b1 = split(Bs[(kk + t + 4) * kBStride + n + (g ^ BCopies::swizzle(kk + 4))]);
                 const uint32_t bh[2] = {b0.hi, b1.hi}, bl[2] = {b0.lo, b1.lo};
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {

@@ -32,6 +32,14 @@ using MmaNarrow = MmaShape<64, 16, 4, 3>;
 using MmaNarrowQuad = MmaShape<64, 16, 4, 4, 2, 2>;  // 4 warps of 32 x 32
 using MmaNarrowShallow = MmaShape<64, 8, 4, 4>;  // the short W1 forward sums (K = 50)
 
+// A tile shape of wgmma_product (wgmma_product.cuh, sm_90a): one warpgroup per 64 x kCols tile, slabs kSlab
+// deep through kStages raw stages, at least kMinBlocks blocks per SM.
+template <int Cols, int Slab, int Stages, int MinBlocks>
+struct WgmmaShape {
+    static constexpr int kCols = Cols, kSlab = Slab, kStages = Stages, kMinBlocks = MinBlocks, kThreads = 128;
+    static constexpr int kWarpsM = 4, kWarpsN = 1;
+};
+
 // ---- the products ----------------------------------------------------------------------------
 
 // Where an operand's entries are: entry (k, x) at base[k * sk + x * sx] (x = m for A, n for B).
@@ -66,6 +74,7 @@ struct Forward {
 struct W0Forward : Forward {
     using MmaTiles = MmaWide;
     using MmaTilesOneColumn = MmaWideFew;  // up to MmaTiles::kCols sequences
+    using WgmmaTilesOneColumn = WgmmaShape<128, 16, 3, 2>;  // the same on sm_90a
     __device__ W0Forward(const StepArgs& a, int64_t u)
         : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], a.w0_off[u], a.x + a.x_off[u], a.x_total, a.h + a.h_off[u],
                   a.h_total) {}
@@ -132,6 +141,7 @@ struct Update {
 // W0: m = row < H, n = input i; A = lr * delta_h(s-2) (already scaled), B = x(s-2).
 struct W0Update : Update {
     using MmaTiles = MmaWide;
+    using WgmmaTiles = WgmmaShape<128, 8, 5, 3>;  // on sm_90a
     __device__ W0Update(const StepArgs& args, int64_t unit)
         : Update(args, args.hidden, args.x_off[unit + 1] - args.x_off[unit], args.w0_off[unit], unit) {
         A = {args.lr_delta_hidden + args.h_off[unit], args.h_total, 1};

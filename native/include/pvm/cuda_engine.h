@@ -39,6 +39,7 @@ public:
     MetricSums take_metric_sums() override;
     std::string device_name() const override { return name_; }
     bool chained_launches() const override;
+    bool wgmma_products() const override;
     void synchronize() override;
     std::vector<std::pair<std::string, double>> profile_step_u8(const uint8_t* frames) override;
     void set_dataset_u8(const uint8_t* host_frames, int64_t n_frames, int64_t first_step) override;
@@ -70,6 +71,7 @@ private:
     // sequences): on sm_90 and later with CUDA 12.3 or later, unless the environment sets
     // PVM_CUDA_CHAIN=0 (to compare, or to rule it out).
     bool chain_ = false;
+    bool wgmma_ = false;  // the W0 products on wgmma (sm_90a build, compute capability 9.0)
 
     // Topology on the device.
     DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, h_bias_, raw_dst_, raw_src_, target_src_,

@@ -46,6 +46,10 @@ public:
     // with CUDA 12.3+, up to 8 sequences, unless PVM_CUDA_CHAIN=0).
     virtual bool chained_launches() const { return false; }
 
+    // Whether the W0 products run on wgmma (the CUDA engine from 65 sequences, built for sm_90a, on compute
+    // capability 9.0, unless PVM_CUDA_WGMMA=0).
+    virtual bool wgmma_products() const { return false; }
+
     // Wait until queued work is done (a no-op on the CPU).
     virtual void synchronize() {}
 

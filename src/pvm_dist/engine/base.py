@@ -32,6 +32,9 @@ class Engine(Protocol):
     @property
     def chained_launches(self) -> bool: ...
 
+    @property
+    def wgmma_products(self) -> bool: ...
+
     def step(self, frames: np.ndarray) -> None: ...
 
     def set_dataset(self, frames: Any, first_step: int | None = None) -> None: ...
@@ -108,6 +111,11 @@ class EngineBase:
     @property
     def chained_launches(self) -> bool:
         """Whether a step's GPU kernels launch chained (programmatic dependent launch): only the CUDA engine's."""
+        return False
+
+    @property
+    def wgmma_products(self) -> bool:
+        """Whether the W0 products run on Hopper's wgmma: only the CUDA engine's."""
         return False
 
     def synchronize(self) -> None:

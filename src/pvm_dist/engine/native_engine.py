@@ -160,6 +160,11 @@ class NativeEngine(EngineBase):
         """Whether a step's kernels launch chained (CUDA, sm_90+, up to 8 sequences; ``PVM_CUDA_CHAIN=0``: off)."""
         return bool(self._engine.chained_launches)
 
+    @property
+    def wgmma_products(self) -> bool:
+        """Whether the W0 products run on wgmma (CUDA, sm_90a build, from 65 sequences; ``PVM_CUDA_WGMMA=0``: off)."""
+        return bool(self._engine.wgmma_products)
+
     def synchronize(self) -> None:
         """Wait until the queued steps have run (for timing; state reads synchronise anyway)."""
         self._engine.synchronize()

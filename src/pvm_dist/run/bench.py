@@ -41,6 +41,7 @@ class BenchResult:
     phases_ms: dict[str, float]
     frames: str = "host"  # "host": uploaded every step; "device": a dataset held on the device
     chained_launches: bool = False  # a step's kernels launched as programmatic dependents (CUDA, sm_90+)
+    wgmma_products: bool = False  # the W0 products on wgmma (CUDA, sm_90a build, from 65 sequences)
 
 
 def _cuda_index(device: str) -> int:
@@ -115,7 +116,8 @@ def run_bench(spec: Spec, n_seq: int, backend: str = "auto", device: str | None 
         steps_per_s=rate, frames_per_s=rate * n_seq, achieved_gb_per_s=rate * bytes_per_step / 1e9,
         achieved_gflop_per_s=rate * flops_per_step / 1e9, bandwidth_gb_per_s=bandwidth / 1e9,
         floor_steps_per_s=floor, ratio_to_floor=rate / floor,
-        bound=bound, phases_ms=phases, frames=frames, chained_launches=engine.chained_launches)
+        bound=bound, phases_ms=phases, frames=frames, chained_launches=engine.chained_launches,
+        wgmma_products=engine.wgmma_products)
 
 
 def as_row(r: BenchResult) -> dict[str, Any]:

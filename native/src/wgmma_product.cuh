@@ -1,0 +1,228 @@
+// The per-unit products of unit_products.cuh on Hopper's warpgroup tensor-core instruction
+// (wgmma.mma_async m64nNk8, TF32, sm_90a), 3xTF32 as mma_product (mma_products.cuh) computes them:
+//   C[m, n] = sum_k A[k, m] B[k, n]   as   lo(A) hi(B) + hi(A) lo(B) + hi(A) hi(B).
+// One warpgroup (4 warps) computes a 64 x kCols tile; warp w holds rows 16w..16w+15 of C (kCols / 8
+// fragments of 16 x 8, the m16n8 accumulator layout).
+// Why: mma.sync splits an operand value in every warp that reads it and issues 48 mma per warp and
+// k-step; here every value is split once per block, and a k-step is 3 instructions for the warpgroup.
+// The sums are bit-identical to mma_product's. Measured (dev/cuda/mma_products.cu, H100): ahead for W0's
+// update (8-deep slabs, 5 stages: 286 against 314 us at 256 sequences, 227 against 269 at 128) and for its
+// forward with one column tile (16-deep, 3 stages: 156 against 187 at 128), behind for the forward at 256
+// and more (265 against 259): the 4-byte copies of unaligned rows and the per-value split, not the
+// multiplies, set the pace there (ncu: long-scoreboard and MIO stalls; benchmarks/NOTES.md).
+// k advances in slabs of kSlab through kStages raw stages (cp.async, [k][x] as mma_product stages them).
+// Each slab is split into hi and lo tiles of A and B in the layout wgmma reads (K-major, no swizzle: core
+// matrices of 8 rows x 4 k, 16-byte rows), in two buffers: the split of slab i+1 runs while the tensor
+// cores multiply slab i.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "mma_products.cuh"
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || (defined(__CUDA_ARCH_SPECIFIC__) && __CUDA_ARCH_SPECIFIC__ == 900)
+#define PVM_WGMMA 1
+#else
+#define PVM_WGMMA 0
+#endif
+
+namespace pvm {
+namespace kernels {
+
+template <class S>
+__host__ __device__ constexpr int wgmma_raw_stage_floats() { return S::kSlab * (kMmaProductRows + 8 + S::kCols + 8); }
+template <class S>  // one buffer of split tiles: hi and lo of A (64 rows) and B (kCols rows)
+__host__ __device__ constexpr int wgmma_split_floats() { return 2 * S::kSlab * (kMmaProductRows + S::kCols); }
+template <class S>
+__host__ __device__ constexpr size_t wgmma_product_shared_bytes() {
+    return sizeof(float) * (S::kStages * wgmma_raw_stage_floats<S>() + 2 * wgmma_split_floats<S>());
+}
+
+#if PVM_WGMMA
+// A shared-memory matrix descriptor, no swizzle: start, leading (K) and stride (N) byte offsets of core matrices.
+__device__ __forceinline__ uint64_t wgmma_descriptor(const float* start, uint32_t k_bytes, uint32_t n_bytes) {
+    const uint64_t address = static_cast<uint64_t>(__cvta_generic_to_shared(start));
+    return ((address & 0x3ffff) >> 4) | (static_cast<uint64_t>(k_bytes >> 4) << 16) |
+           (static_cast<uint64_t>(n_bytes >> 4) << 32);
+}
+
+template <int N>
+struct Wgmma;
+
+// d (64 x 128, this thread's 64 floats) += A B, both from shared memory (descriptors), TF32.
+template <>
+struct Wgmma<128> {
+    __device__ static void run(float (&d)[64], uint64_t a, uint64_t b) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+            "%64, %65, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(a), "l"(b));
+    }
+};
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+#endif
+
+template <class P, class Shape>
+__global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
+    wgmma_product(StepArgs args, const int32_t* __restrict__ tiles) {
+#if PVM_WGMMA
+    constexpr int BM = kMmaProductRows, BN = Shape::kCols, KS = Shape::kSlab, kStages = Shape::kStages;
+    constexpr int kThreadCount = Shape::kThreads, NT = BN / 8;
+    constexpr int kAStride = BM + 8, kBStride = BN + 8;
+    static_assert(KS % 8 == 0 && BN == 128 && kStages >= 3, "slabs of whole k-steps; one instruction width so far");
+    // The split buffers first, then the raw stages. A buffer: A hi, A lo, B hi, B lo, each [k / 4][x][4]
+    // (x = m or n): 16-byte core-matrix rows, core matrices 128 bytes apart along x and x * 16 bytes apart
+    // along k. (Addressed from the array itself: a pointer rounded through an integer lost the shared
+    // space, and every access became a generic load or store.)
+    extern __shared__ __align__(16) float smem[];  // 16-byte aligned: enough for descriptors without swizzle
+    float* stages = smem + 2 * wgmma_split_floats<Shape>();
+    let_next_kernel_launch();
+    await_prior_kernels();
+    const int64_t u = tiles[3 * blockIdx.x], m0 = tiles[3 * blockIdx.x + 1], n0 = tiles[3 * blockIdx.x + 2];
+    const P p(args, u);
+    if constexpr (P::kUpdate) {
+        if (p.inactive) {
+            for (int e = threadIdx.x; e < BM * BN; e += kThreadCount) {
+                const int64_t m = m0 + e / BN, n = n0 + e % BN;
+                if (m < p.M && n < p.N) p.clear(m, n);
+            }
+            return;
+        }
+    }
+    const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
+    const int g = lane / 4, t = lane % 4;
+    const int wm = 16 * warp;
+
+    using ACopies = SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount>;
+    using BCopies = SlabCopies<P::kBAlongK, BN, KS, kBStride, kThreadCount>;
+    const ACopies a_copies(p.A, m0, p.K, p.M);
+    const BCopies b_copies(p.B, n0, p.K, p.N);
+    const int64_t n_slabs = (p.K + KS - 1) / KS;
+    auto fetch = [&](int64_t i) {
+        if (i < n_slabs) {
+            float* As = stages + (i % kStages) * wgmma_raw_stage_floats<Shape>();
+            a_copies.copy(As, i);
+            b_copies.copy(As + KS * kAStride, i);
+        }
+        copy_async_commit();
+    };
+    // Raw slab i into split buffer i % 2: a thread takes 4 consecutive k of one row x (one 16-byte row
+    // of a core matrix), reading 4 conflict-free words and writing two 16-byte words.
+    auto split_slab = [&](int64_t i) {
+        const float* As = stages + (i % kStages) * wgmma_raw_stage_floats<Shape>();
+        const float* Bs = As + KS * kAStride;
+        float* buf = smem + (i % 2) * wgmma_split_floats<Shape>();
+        auto rows = [&](auto copies, const float* raw, int stride, int X, float* hi, float* lo, bool scale) {
+#pragma unroll
+            for (int r = 0; r < KS / 4 * X / kThreadCount; ++r) {
+                const int e = static_cast<int>(threadIdx.x) + r * kThreadCount, x = e % X, kg = e / X;
+                uint32_t h[4], l[4];
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const float v = raw[(4 * kg + c) * stride + (x ^ decltype(copies)::swizzle(4 * kg))];
+                    const Split sp = split(scale ? __fmul_rn(p.a_scale, v) : v);
+                    h[c] = sp.hi;
+                    l[c] = sp.lo;
+                }
+                *reinterpret_cast<uint4*>(hi + (kg * X + x) * 4) = make_uint4(h[0], h[1], h[2], h[3]);
+                *reinterpret_cast<uint4*>(lo + (kg * X + x) * 4) = make_uint4(l[0], l[1], l[2], l[3]);
+            }
+        };
+        rows(a_copies, As, kAStride, BM, buf, buf + KS * BM, P::kScaleA);
+        rows(b_copies, Bs, kBStride, BN, buf + 2 * KS * BM, buf + 2 * KS * BM + KS * BN, false);
+        fence_async_shared();  // the tensor cores read what these stores wrote
+    };
+
+    float acc[NT * 4] = {};
+    for (int i = 0; i < kStages - 1; ++i) fetch(i);
+    copy_async_wait<kStages - 2>();
+    __syncthreads();
+    split_slab(0);
+    __syncthreads();
+    for (int64_t i = 0; i < n_slabs; ++i) {
+        const float* buf = smem + (i % 2) * wgmma_split_floats<Shape>();
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < KS / 8; ++ks) {
+            const float* a = buf + ks * 2 * BM * 4;
+            const float* b = buf + 2 * KS * BM + ks * 2 * BN * 4;
+            const uint64_t a_hi = wgmma_descriptor(a, BM * 16, 128), a_lo = wgmma_descriptor(a + KS * BM, BM * 16, 128);
+            const uint64_t b_hi = wgmma_descriptor(b, BN * 16, 128), b_lo = wgmma_descriptor(b + KS * BN, BN * 16, 128);
+            Wgmma<BN>::run(acc, a_lo, b_hi);  // the small terms first, then hi*hi
+            Wgmma<BN>::run(acc, a_hi, b_lo);
+            Wgmma<BN>::run(acc, a_hi, b_hi);
+        }
+        wgmma_commit();
+        if (i + 1 < n_slabs) {
+            copy_async_wait<kStages - 3>();  // slab i+1 has landed (this thread's copies)
+            wgmma_wait<1>();                                           // this warp is done with slab i-1's buffer
+            __syncthreads();  // ... every warp, and every thread's copies; raw slab i is free
+            fetch(i + kStages - 1);  // into slab i-1's stage
+            split_slab(i + 1);
+            __syncthreads();  // slab i+1's tiles are written
+        }
+    }
+    wgmma_wait<0>();
+    // The outputs: fragment j holds (g, 8j+2t), (g, 8j+2t+1), (g+8, 8j+2t), (g+8, 8j+2t+1); 4 fragments at a
+    // time, the old state of each group loaded before any of it is written (as mma_product does).
+#pragma unroll
+    for (int j0 = 0; j0 < NT; j0 += 4) {
+        typename P::Old old[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t m = m0 + wm + g + (e >= 2 ? 8 : 0), n = n0 + 8 * (j0 + j) + 2 * t + e % 2;
+                if (m < p.M && n < p.N) old[j][e] = p.old(m, n);
+            }
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t m = m0 + wm + g + (e >= 2 ? 8 : 0), n = n0 + 8 * (j0 + j) + 2 * t + e % 2;
+                if (m < p.M && n < p.N) p.finish(m, n, acc[4 * (j0 + j) + e], old[j][e]);
+            }
+    }
+#endif
+}
+
+// 1 where this binary holds the kernel above (compiled for sm_90a), else 0: the engine asks once.
+__global__ void wgmma_built(int* out) { *out = PVM_WGMMA; }
+
+// The kernel of product P under tile shape S (mma_product or wgmma_product) and its shared memory.
+template <class S>
+struct IsWgmmaShape : std::false_type {};
+template <int C, int K, int St, int B>
+struct IsWgmmaShape<WgmmaShape<C, K, St, B>> : std::true_type {};
+template <class P, class S>
+constexpr auto product_kernel() {
+    if constexpr (IsWgmmaShape<S>::value) return wgmma_product<P, S>;
+    else return mma_product<P, S>;
+}
+template <class S>
+constexpr size_t product_shared_bytes() {
+    if constexpr (IsWgmmaShape<S>::value) return wgmma_product_shared_bytes<S>();
+    else return mma_product_shared_bytes<S>();
+}
+
+}  // namespace kernels
+}  // namespace pvm
