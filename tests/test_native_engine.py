@@ -204,9 +204,9 @@ def test_native_cuda_chained_launches_change_nothing(n_seq, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,n_seq", [("tiny", 96), ("small", 128), ("small", 256)])
+@pytest.mark.parametrize("name,n_seq", [("tiny", 16), ("small", 48), ("tiny", 96), ("small", 128), ("small", 256)])
 def test_native_cuda_wgmma_products_agree_with_mma(name, n_seq, monkeypatch):
-    """The W0 products on wgmma (sm_90a) give the state of the mma.sync products within the GPU tolerance."""
+    """The products on wgmma (sm_90a) give the state of the mma.sync products within the GPU tolerance."""
     info = build_info()
     hopper = float(info["devices"][0]["compute_capability"]) == 9.0 and "90a" in str(info.get("cuda_architectures", ""))
     spec = transitions(name, 40)

@@ -202,19 +202,23 @@ int main(int argc, char** argv) {
         using Shallow1x4 = MmaShape<64, 8, 4, 4, 1, 4>;
         using WgmmaDeep = WgmmaShape<128, 16, 3, 2>;     // W0 forward's one-column shape on sm_90a
         using WgmmaShallow = WgmmaShape<128, 8, 5, 3>;   // W0 update's on sm_90a
-        ok &= bench<W0Forward, MmaWide, MmaWideFew, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
+        using WgWide = WgmmaShape<256, 8, 4, 2>;
+        using WgNarrow = WgmmaShape<64, 8, 5, 4>;
+        using WgNarrowDeep = WgmmaShape<64, 16, 4, 3>;
+        using WgNarrowShort = WgmmaShape<64, 8, 3, 4>;
+        ok &= bench<W0Forward, MmaWide, MmaWideFew, WgmmaDeep, WgmmaShallow, WgWide, Wide2x4, Wide2x2>(
             "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_total), 2.0 * N * w0, forward_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
         ok &= bench<W0Update, MmaWide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(
             "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_total, 2.0 * N * w0, update_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
-        ok &= bench<W1Forward, MmaNarrowShallow, Shallow1x4, MmaNarrowQuad>(
+        ok &= bench<W1Forward, MmaNarrowShallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
             "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, forward_ref(L, S, n, false),
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), n, kHidden + 1}; }, copy_bw);
-        ok &= bench<W1Update, MmaNarrowQuad, MmaNarrow, Narrow1x4, Narrow1x2>(
+        ok &= bench<W1Update, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x4, Narrow1x2>(
             "W1 update", 3, L, S, n, 16.0 * w1 + 4.0 * N * L.y_total, 2.0 * N * w1, update_ref(L, S, n, false),
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), kHidden + 1, n}; }, copy_bw);
-        ok &= bench<HiddenDeltas, MmaNarrow, MmaNarrowQuad, Narrow1x4>(
+        ok &= bench<HiddenDeltas, MmaNarrow, WgNarrow, WgNarrowDeep, MmaNarrowQuad, Narrow1x4>(
             "hidden deltas", 2, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, hidden_deltas_ref(L, S, n),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, outputs(u)}; }, copy_bw);
     }

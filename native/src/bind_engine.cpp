@@ -121,7 +121,7 @@ void bind_engine(py::module_& m) {
                                "Whether a step's kernels launch as programmatic dependents of each other (CUDA, sm_90+, "
                                "CUDA 12.3+, up to 8 sequences; PVM_CUDA_CHAIN=0 turns it off).")
         .def_property_readonly("wgmma_products", &pvm::Engine::wgmma_products,
-                               "Whether the W0 products run on wgmma (CUDA, from 65 sequences, an sm_90a build on compute "
+                               "Whether per-unit products run on wgmma (CUDA, from 9 sequences, an sm_90a build on compute "
                                "capability 9.0; PVM_CUDA_WGMMA=0 turns it off).")
         .def("synchronize", &pvm::Engine::synchronize, py::call_guard<py::gil_scoped_release>(),
              "Wait until queued device work is done.")

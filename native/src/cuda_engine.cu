@@ -198,7 +198,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     PVM_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
     const char* chain = std::getenv("PVM_CUDA_CHAIN");
     chain_ = prop.major >= 9 && std::min(driver, runtime) >= 12030 && !(chain != nullptr && std::strcmp(chain, "0") == 0);
-    // The W0 products on wgmma (wgmma_product.cuh) where this binary holds them for this device: an sm_90a
+    // Products on wgmma (wgmma_product.cuh) where this binary holds them for this device: an sm_90a
     // build on compute capability 9.0 (PVM_CUDA_WGMMA=0 keeps mma.sync, for comparisons).
     const char* wgmma = std::getenv("PVM_CUDA_WGMMA");
     if (prop.major == 9 && prop.minor == 0 && !(wgmma != nullptr && std::strcmp(wgmma, "0") == 0)) {
@@ -257,6 +257,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         hidden_deltas_ = DeviceBuffer<int32_t>(
             product_tiles(t.n_units, kernels::HiddenDeltas::MmaTiles::kCols, hidden, seqs, outputs));
         allow_mma_product_shared<kernels::HiddenDeltas>();
+        if (wgmma_) allow_mma_product_shared<kernels::HiddenDeltas, kernels::HiddenDeltas::WgmmaTilesFew>();
         if (n > kMmaMaxSeqs) {
             w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::MmaTiles::kCols, hidden, seqs, inputs));
             w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::MmaTiles::kCols, hidden, inputs, seqs));
@@ -273,6 +274,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::MmaTiles::kCols, outputs, hidden_len, seqs));
             allow_mma_product_shared<kernels::W1Forward>();
             allow_mma_product_shared<kernels::W1Update>();
+            if (wgmma_) allow_mma_product_shared<kernels::W1Update, kernels::W1Update::WgmmaTilesFew>();
         }
     }
 
@@ -362,7 +364,14 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     using namespace kernels;
     launch_output_deltas(a, launch);
     PVM_CUDA_CHECK(launch(unit_errors, static_cast<unsigned>(topo_.n_units), kThreads, 0, a));
-    launch_product<HiddenDeltas>(a, hidden_deltas_, launch);
+    // wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md); same tile lists.
+    static_assert(HiddenDeltas::WgmmaTilesFew::kCols == HiddenDeltas::MmaTiles::kCols &&
+                      W1Update::WgmmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
+    const bool few = a.n_seq <= kMmaMaxSeqs;
+    if (wgmma_ && few)
+        launch_product<HiddenDeltas, HiddenDeltas::WgmmaTilesFew>(a, hidden_deltas_, launch);
+    else
+        launch_product<HiddenDeltas>(a, hidden_deltas_, launch);
     PVM_CUDA_CHECK(launch(accumulate_metrics, static_cast<unsigned>(2 * topo_.n_layers), kWarp, 0, a));
     mark("deltas");
     if (a.n_seq <= kMmaW1MaxSeqs) {
@@ -372,7 +381,10 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         mark("w0 forward+update");
         launch_product<W1Forward>(a, w1_forward_, launch);
         mark("w1 forward");
-        launch_product<W1Update>(a, w1_update_, launch);
+        if (wgmma_)
+            launch_product<W1Update, W1Update::WgmmaTilesFew>(a, w1_update_, launch);
+        else
+            launch_product<W1Update>(a, w1_update_, launch);
         mark("w1 update");
     } else {
         // wgmma (sm_90a) where the workbench measured it ahead: the one-column forward and the update
@@ -512,7 +524,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
 }
 
 bool CudaEngine::chained_launches() const { return chain_ && cfg_.n_seq < kProductSeqs; }
-bool CudaEngine::wgmma_products() const { return wgmma_ && cfg_.n_seq > kMmaMaxSeqs; }
+bool CudaEngine::wgmma_products() const { return wgmma_ && cfg_.n_seq >= kProductSeqs; }
 
 template <class Pixel>
 Pixel* CudaEngine::upload_frames(const Pixel* frames) {

@@ -93,6 +93,7 @@ struct W1Forward : Forward {
 struct HiddenDeltas {
     static constexpr bool kAAlongK = false, kBAlongK = true, kUpdate = false, kScaleA = false;
     using MmaTiles = MmaNarrow;
+    using WgmmaTilesFew = WgmmaShape<64, 16, 4, 3>;  // on sm_90a, up to 64 sequences
     const StepArgs& a;
     int64_t M, N, K;
     Operand A, B;  // A[j, k] = W1[j, k], B[j, q] = delta_out[q, j]
@@ -153,6 +154,7 @@ struct W0Update : Update {
 struct W1Update : Update {
     static constexpr bool kScaleA = true;
     using MmaTiles = MmaNarrowQuad;
+    using WgmmaTilesFew = WgmmaShape<64, 8, 5, 4>;  // on sm_90a, up to 64 sequences
     __device__ W1Update(const StepArgs& args, int64_t unit)
         : Update(args, args.y_off[unit + 1] - args.y_off[unit], args.h_off[unit + 1] - args.h_off[unit],
                  args.w1_off[unit], unit) {

@@ -46,7 +46,7 @@ public:
     // with CUDA 12.3+, up to 8 sequences, unless PVM_CUDA_CHAIN=0).
     virtual bool chained_launches() const { return false; }
 
-    // Whether the W0 products run on wgmma (the CUDA engine from 65 sequences, built for sm_90a, on compute
+    // Whether per-unit products run on wgmma (the CUDA engine from 9 sequences, built for sm_90a, on compute
     // capability 9.0, unless PVM_CUDA_WGMMA=0).
     virtual bool wgmma_products() const { return false; }
 

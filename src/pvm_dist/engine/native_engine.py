@@ -162,7 +162,7 @@ class NativeEngine(EngineBase):
 
     @property
     def wgmma_products(self) -> bool:
-        """Whether the W0 products run on wgmma (CUDA, sm_90a build, from 65 sequences; ``PVM_CUDA_WGMMA=0``: off)."""
+        """Whether per-unit products run on wgmma (CUDA, sm_90a build, from 9 sequences; ``PVM_CUDA_WGMMA=0``: off)."""
         return bool(self._engine.wgmma_products)
 
     def synchronize(self) -> None:

@@ -41,7 +41,7 @@ class BenchResult:
     phases_ms: dict[str, float]
     frames: str = "host"  # "host": uploaded every step; "device": a dataset held on the device
     chained_launches: bool = False  # a step's kernels launched as programmatic dependents (CUDA, sm_90+)
-    wgmma_products: bool = False  # the W0 products on wgmma (CUDA, sm_90a build, from 65 sequences)
+    wgmma_products: bool = False  # per-unit products on wgmma (CUDA, sm_90a build, from 9 sequences)
 
 
 def _cuda_index(device: str) -> int:
