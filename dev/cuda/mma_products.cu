@@ -12,7 +12,6 @@
 #include "step_state.h"
 
 #include <array>
-#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -119,154 +118,6 @@ std::vector<float> result(const StepArgs& a, const Layout& L, int64_t n, int whi
     }
 }
 
-// ---- Experiment: the W0 forward with 16-byte copies, on rows whose starts and lengths are multiples of
-// 4 floats (run with --aligned: every unit's input count rounded up to a multiple of 4). Not in the engine:
-// its W0 rows and x segments are not 16-byte aligned. Along-k operands move as 16-byte chunks (4 k of one
-// row) into [x][k] raw stages of kSlab + 4 floats per row (conflict-free 16-byte reads), and the split reads
-// a chunk with one load. Otherwise wgmma_product.
-template <int Cols, int Slab, int Stages, int MinBlocks>
-struct Wgmma16Shape : WgmmaShape<Cols, Slab, Stages, MinBlocks> {};
-
-// Slab i of an along-k operand's rows x0.. as 16-byte chunks; rows past X and chunks past K as zeros.
-template <int kExtent, int kSlab, int kThreadCount>
-struct ChunkCopies {
-    static constexpr int kStride = kSlab + 4, kPerRow = kSlab / 4, kRowStep = kThreadCount / kPerRow;
-    static constexpr int kCopies = kExtent * kPerRow / kThreadCount;
-    static_assert(kCopies * kThreadCount == kExtent * kPerRow && kThreadCount % kPerRow == 0, "whole copies");
-    const float *base, *src;
-    int64_t row_step, k_left0;  // k_left0: K - (this thread's first k)
-    uint32_t inside = 0;
-    int dst;
-    __device__ ChunkCopies(const Operand& op, int64_t x0, int64_t K, int64_t X) : base(op.base) {
-        const int kc = static_cast<int>(threadIdx.x) % kPerRow, x = static_cast<int>(threadIdx.x) / kPerRow;
-        src = op.at(4 * kc, x0 + x);
-        row_step = kRowStep * op.sx;
-        k_left0 = K - 4 * kc;
-        for (int c = 0; c < kCopies; ++c)
-            if (x0 + x + c * kRowStep < X) inside |= 1u << c;
-        dst = x * kStride + 4 * kc;
-    }
-    __device__ void copy(float* stage, int64_t i) const {
-        const bool k_ok = k_left0 - i * kSlab > 0;
-        const float* s = src + i * kSlab;
-#pragma unroll
-        for (int c = 0; c < kCopies; ++c) {
-            const bool ok = k_ok && ((inside >> c) & 1u);
-            const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(stage + dst + c * kRowStep * kStride));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(ok ? s : base), "r"(ok ? 16 : 0));
-            s += row_step;
-        }
-    }
-};
-
-template <class P, class Shape>
-__global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
-    wgmma_product16(StepArgs args, const int32_t* __restrict__ tiles) {
-#if PVM_WGMMA
-    constexpr int BM = kMmaProductRows, BN = Shape::kCols, KS = Shape::kSlab, kStages = Shape::kStages;
-    constexpr int kThreadCount = Shape::kThreads, NT = BN / 8;
-    static_assert(P::kAAlongK && P::kBAlongK && !P::kUpdate && !P::kScaleA, "a forward product");
-    using ACopies = ChunkCopies<BM, KS, kThreadCount>;
-    using BCopies = ChunkCopies<BN, KS, kThreadCount>;
-    constexpr int kRaw = (BM + BN) * (KS + 4), kSplit = 2 * KS * (BM + BN);
-    extern __shared__ __align__(16) float smem[];
-    float* stages = smem + 2 * kSplit;
-    const int64_t u = tiles[3 * blockIdx.x], m0 = tiles[3 * blockIdx.x + 1], n0 = tiles[3 * blockIdx.x + 2];
-    const P p(args, u);
-    const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
-    const int g = lane / 4, t = lane % 4, wm = 16 * warp;
-    const ACopies a_copies(p.A, m0, p.K, p.M);
-    const BCopies b_copies(p.B, n0, p.K, p.N);
-    const int64_t n_slabs = (p.K + KS - 1) / KS;
-    auto fetch = [&](int64_t i) {
-        if (i < n_slabs) {
-            float* As = stages + (i % kStages) * kRaw;
-            a_copies.copy(As, i);
-            b_copies.copy(As + BM * (KS + 4), i);
-        }
-        copy_async_commit();
-    };
-    auto split_slab = [&](int64_t i) {
-        const float* As = stages + (i % kStages) * kRaw;
-        float* buf = smem + (i % 2) * kSplit;
-        auto rows = [&](const float* raw, int X, float* hi, float* lo) {
-#pragma unroll
-            for (int r = 0; r < KS / 4 * X / kThreadCount; ++r) {
-                const int e = static_cast<int>(threadIdx.x) + r * kThreadCount, x = e % X, kg = e / X;
-                const float4 v = *reinterpret_cast<const float4*>(raw + x * (KS + 4) + 4 * kg);
-                const Split s0 = split(v.x), s1 = split(v.y), s2 = split(v.z), s3 = split(v.w);
-                *reinterpret_cast<uint4*>(hi + (kg * X + x) * 4) = make_uint4(s0.hi, s1.hi, s2.hi, s3.hi);
-                *reinterpret_cast<uint4*>(lo + (kg * X + x) * 4) = make_uint4(s0.lo, s1.lo, s2.lo, s3.lo);
-            }
-        };
-        rows(As, BM, buf, buf + KS * BM);
-        rows(As + BM * (KS + 4), BN, buf + 2 * KS * BM, buf + 2 * KS * BM + KS * BN);
-        fence_async_shared();
-    };
-    float acc[NT * 4] = {};
-    for (int i = 0; i < kStages - 1; ++i) fetch(i);
-    copy_async_wait<kStages - 2>();
-    __syncthreads();
-    split_slab(0);
-    __syncthreads();
-    for (int64_t i = 0; i < n_slabs; ++i) {
-        const float* buf = smem + (i % 2) * kSplit;
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < KS / 8; ++ks) {
-            const float* a = buf + ks * 2 * BM * 4;
-            const float* b = buf + 2 * KS * BM + ks * 2 * BN * 4;
-            const uint64_t a_hi = wgmma_descriptor(a, BM * 16, 128), a_lo = wgmma_descriptor(a + KS * BM, BM * 16, 128);
-            const uint64_t b_hi = wgmma_descriptor(b, BN * 16, 128), b_lo = wgmma_descriptor(b + KS * BN, BN * 16, 128);
-            Wgmma<BN>::run(acc, a_lo, b_hi);
-            Wgmma<BN>::run(acc, a_hi, b_lo);
-            Wgmma<BN>::run(acc, a_hi, b_hi);
-        }
-        wgmma_commit();
-        if (i + 1 < n_slabs) {
-            copy_async_wait<kStages - 3>();
-            wgmma_wait<1>();
-            __syncthreads();
-            fetch(i + kStages - 1);
-            split_slab(i + 1);
-            __syncthreads();
-        }
-    }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t m = m0 + wm + g + (e >= 2 ? 8 : 0), n = n0 + 8 * j + 2 * t + e % 2;
-            if (m < p.M && n < p.N) p.finish(m, n, acc[4 * j + e], {});
-        }
-#endif
-}
-
-template <class S>
-struct IsChunkShape : std::false_type {};
-template <int C, int K, int St, int B>
-struct IsChunkShape<Wgmma16Shape<C, K, St, B>> : std::true_type {};
-template <class P, class S>
-constexpr auto kernel_for() {
-    if constexpr (IsChunkShape<S>::value) {
-        if constexpr (P::kAAlongK && P::kBAlongK && !P::kUpdate) return wgmma_product16<P, S>;
-        else return product_kernel<P, MmaWide>();  // not used: bench skips it
-    } else {
-        return product_kernel<P, S>();
-    }
-}
-template <class S>
-constexpr size_t shared_for() {
-    if constexpr (IsChunkShape<S>::value) return sizeof(float) * (S::kStages * (64 + S::kCols) * (S::kSlab + 4) + 4 * S::kSlab * (64 + S::kCols));
-    else return product_shared_bytes<S>();
-}
-// PVM_ALIGNED=1 in the environment: every unit's input count rounded up to a multiple of 4, so that W0's rows
-// and the x segments start on 16-byte boundaries (the wgmma16 shape runs only then).
-const bool g_aligned = [] {
-    const char* v = std::getenv("PVM_ALIGNED");
-    return v != nullptr && std::string(v) == "1";
-}();
 
 bool wgmma_in_binary() {
     static const bool built = [] {
@@ -283,7 +134,7 @@ bool wgmma_in_binary() {
 
 template <class P, class Shape>
 void launch_mma(const StepArgs& a, const std::vector<int32_t>& t, const int32_t* d) {
-    kernel_for<P, Shape>()<<<static_cast<unsigned>(t.size() / 3), Shape::kThreads, shared_for<Shape>()>>>(a, d);
+    product_kernel<P, Shape>()<<<static_cast<unsigned>(t.size() / 3), Shape::kThreads, product_shared_bytes<Shape>()>>>(a, d);
 }
 
 // One product at n sequences under each shape in Shapes: checked against `want`, then timed.
@@ -294,8 +145,7 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
     bool ok = true;
     auto one = [&](auto shape) {
         using Shape = decltype(shape);
-        if (IsChunkShape<Shape>::value && !(g_aligned && P::kAAlongK && P::kBAlongK && !P::kUpdate)) return;
-        if ((IsWgmmaShape<Shape>::value || IsChunkShape<Shape>::value) && !wgmma_in_binary()) {
+        if (IsWgmmaShape<Shape>::value && !wgmma_in_binary()) {
             std::printf("    wgmma shape skipped: build with -arch=sm_90a on an H100/H200\n");
             return;
         }
@@ -303,8 +153,8 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
         const StepArgs a = upload(dev, L, S, n, kStep);
         const auto t = tiles(Shape::kCols, mnk);
         const int32_t* d = dev.put(t);
-        CHECK(cudaFuncSetAttribute(kernel_for<P, Shape>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(shared_for<Shape>())));
+        CHECK(cudaFuncSetAttribute(product_kernel<P, Shape>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(product_shared_bytes<Shape>())));
         launch_mma<P, Shape>(a, t, d);
         CHECK_LAUNCH();
         CHECK(cudaDeviceSynchronize());
@@ -318,7 +168,7 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
         const double err = relative_error(got, expect);
         const double us = time_us([&] { launch_mma<P, Shape>(a, t, d); });  // W, V keep changing: fine for timing
         char label[64];
-        std::snprintf(label, sizeof label, "%s64x%d slab %dx%d, %d/SM, %dx%d w", IsChunkShape<Shape>::value ? "wgmma16 " : IsWgmmaShape<Shape>::value ? "wgmma " : "",
+        std::snprintf(label, sizeof label, "%s64x%d slab %dx%d, %d/SM, %dx%d w", IsWgmmaShape<Shape>::value ? "wgmma " : "",
                       Shape::kCols, Shape::kSlab, Shape::kStages, Shape::kMinBlocks, Shape::kWarpsM, Shape::kWarpsN);
         const bool good = err <= 5e-6;  // 3xTF32: ~22 bits per operand; sums of ~1,000 terms measured at 2.2e-6
         std::printf("    %-32s %8.1f us  %6.1f TFLOP/s  %5.0f%% of copy  rel err %.1e %s\n", label, us,
@@ -333,9 +183,7 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
 
 int main(int argc, char** argv) {
     const std::vector<int64_t> seqs = parse_seqs(argc, argv, {64, 256}, 9, 4096);
-    const Layout L([](int64_t u) { return g_aligned ? (700 + (u * 37) % 800 + 3) / 4 * 4 : 700 + (u * 37) % 800; },
-                   [](int64_t u) { return 150 + (u * 53) % 260; });
-    if (g_aligned) std::printf("aligned layout: input counts rounded up to multiples of 4\n");
+    const Layout L([](int64_t u) { return 700 + (u * 37) % 800; }, [](int64_t u) { return 150 + (u * 53) % 260; });
     const double copy_bw = copy_bandwidth(size_t{1} << 30);
     const double w0 = static_cast<double>(L.n_w0), w1 = static_cast<double>(L.n_weights - L.n_w0);
     std::printf("%ld W0 and %ld W1 weights; copy bandwidth %.2f TB/s\n", static_cast<long>(L.n_w0),
@@ -355,14 +203,10 @@ int main(int argc, char** argv) {
         using Shallow1x4 = MmaShape<64, 8, 4, 4, 1, 4>;
         using WgmmaDeep = WgmmaShape<128, 16, 3, 2>;     // W0 forward's one-column shape on sm_90a
         using WgmmaShallow = WgmmaShape<128, 8, 5, 3>;   // W0 update's on sm_90a
-        using WgWide = WgmmaShape<256, 8, 4, 2>;
-        using Wg16 = Wgmma16Shape<128, 8, 5, 3>;
-        using Wg16Deep = Wgmma16Shape<128, 16, 4, 2>;
-        using Wg16Wide = Wgmma16Shape<256, 16, 3, 1>;
         using WgNarrow = WgmmaShape<64, 8, 5, 4>;
         using WgNarrowDeep = WgmmaShape<64, 16, 4, 3>;
         using WgNarrowShort = WgmmaShape<64, 8, 3, 4>;
-        ok &= bench<W0Forward, MmaWide, MmaWideFew, WgmmaDeep, WgmmaShallow, Wg16, Wg16Deep, Wg16Wide, WgWide, Wide2x4, Wide2x2>(
+        ok &= bench<W0Forward, MmaWide, MmaWideFew, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
             "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_total), 2.0 * N * w0, forward_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
         ok &= bench<W0Update, MmaWide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(

@@ -79,6 +79,21 @@ struct SlabCopies {
     }
 };
 
+// An update's tile of a unit not yet learning: only its V is cleared. True when the tile is done so.
+template <int BM, int BN, int kThreadCount, class P>
+__device__ bool cleared_inactive(const P& p, int64_t m0, int64_t n0) {
+    if constexpr (P::kUpdate) {
+        if (p.inactive) {
+            for (int e = threadIdx.x; e < BM * BN; e += kThreadCount) {
+                const int64_t m = m0 + e / BN, n = n0 + e % BN;
+                if (m < p.M && n < p.N) p.clear(m, n);
+            }
+            return true;
+        }
+    }
+    return false;
+}
+
 // The tiles are listed by the host as (unit, first m, first n), heaviest first (product_tiles).
 // Launched with mma_product_shared_bytes<Shape>() of dynamic shared memory.
 template <class P, class Shape = typename P::MmaTiles>
@@ -96,15 +111,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     await_prior_kernels();
     const int64_t u = tiles[3 * blockIdx.x], m0 = tiles[3 * blockIdx.x + 1], n0 = tiles[3 * blockIdx.x + 2];
     const P p(args, u);
-    if constexpr (P::kUpdate) {
-        if (p.inactive) {  // a unit not yet learning: only its V is cleared
-            for (int e = threadIdx.x; e < BM * BN; e += kThreadCount) {
-                const int64_t m = m0 + e / BN, n = n0 + e % BN;
-                if (m < p.M && n < p.N) p.clear(m, n);
-            }
-            return;
-        }
-    }
+    if (cleared_inactive<BM, BN, kThreadCount>(p, m0, n0)) return;
     const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
     const int g = lane / 4, t = lane % 4;
     const int wm = 16 * MT * (warp % WM), wn = 8 * NT * (warp / WM);  // the warp's first row and column in the tile
