@@ -7,7 +7,7 @@
 # scikit-build-core's build/{wheel_tag}) follows the environment of each build instead of the first.
 #
 # Output: PVM_WITH_CUDA (TRUE/FALSE). When TRUE, CUDA is enabled, CUDAToolkit is found, and
-# CMAKE_CUDA_ARCHITECTURES is set (default: SASS for sm_80 and sm_90a plus PTX for compute_90: sm_86 and
+# CMAKE_CUDA_ARCHITECTURES is set (default: SASS for sm_80 and sm_90a plus PTX for compute_90, below: sm_86 and
 # sm_89 GPUs run sm_80's code, H100/H200 sm_90a's (with the wgmma products, wgmma_product.cuh), newer
 # ones JIT the PTX; two compilations per kernel instead of four keeps the install short. Set
 # CMAKE_CUDA_ARCHITECTURES or CUDAARCHS for one GPU's own, e.g. 89; 90a for a Hopper GPU, as 90 has
@@ -50,9 +50,18 @@ if(NOT CMAKE_CUDA_COMPILER)
   return()
 endif()
 
-# Must be set before enable_language(CUDA), which would otherwise pick the compiler's default.
+# Must be set before enable_language(CUDA), which would otherwise pick the compiler's default. sm_90a needs
+# nvcc 12.0+ and a CMake that knows the "a" suffix (3.25 added it; 3.26 asked for, to be safe); without them
+# the default is sm_90's SASS and PTX, with no wgmma.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
-  set(CMAKE_CUDA_ARCHITECTURES "80-real;90a-real;90-virtual" CACHE STRING "CUDA architectures to build for")
+  execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --version OUTPUT_VARIABLE _pvm_nvcc_text ERROR_QUIET)
+  string(REGEX MATCH "release ([0-9]+)\\." _pvm_nvcc_release "${_pvm_nvcc_text}")
+  if(_pvm_nvcc_release AND CMAKE_MATCH_1 GREATER_EQUAL 12 AND CMAKE_VERSION VERSION_GREATER_EQUAL 3.26)
+    set(_pvm_archs "80-real;90a-real;90-virtual")
+  else()
+    set(_pvm_archs "80-real;90")
+  endif()
+  set(CMAKE_CUDA_ARCHITECTURES "${_pvm_archs}" CACHE STRING "CUDA architectures to build for")
 endif()
 
 enable_language(CUDA)
