@@ -51,7 +51,7 @@ if(NOT CMAKE_CUDA_COMPILER)
 endif()
 
 # Must be set before enable_language(CUDA), which would otherwise pick the compiler's default. sm_90a needs
-# nvcc 12.0+ and a CMake that knows the "a" suffix (3.25 added it; 3.26 asked for, to be safe); without them
+# nvcc 12.0+ and a CMake that accepts the "a" suffix (3.26+ asked for, to be safe: older ones rejected it); without them
 # the default is sm_90's SASS and PTX, with no wgmma.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
   execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --version OUTPUT_VARIABLE _pvm_nvcc_text ERROR_QUIET)
