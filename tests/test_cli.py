@@ -72,6 +72,16 @@ def test_doctor_reports_versions():
     assert {"ray", "mlflow", "gpus_seen"} <= js.keys()
 
 
+def test_doctor_says_whether_a_hopper_gpu_gets_wgmma():
+    from pvm_dist.cli.doctor import wgmma_note
+
+    assert wgmma_note("80-real;90a-real;90-virtual").startswith("yes")
+    assert wgmma_note("90a").startswith("yes")
+    for archs in ("80-real;90", "90-real;90-virtual", ""):
+        note = wgmma_note(archs)
+        assert note.startswith("no") and "CMAKE_CUDA_ARCHITECTURES=90a" in note
+
+
 @pytest.mark.parametrize("backend", ["reference", "auto"])
 def test_bench_reports_rates_and_floor(backend):
     out = run("bench", "--spec", "tiny", "--n-seq", "1,2", "--steps", "4", "--warmup", "3", "--backend", backend, "--json")

@@ -34,6 +34,15 @@ def _nvidia_smi_gpus() -> list[str] | str:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 
+def wgmma_note(architectures: str) -> str:
+    """Whether an H100/H200 gets the products on wgmma from a build for ``architectures`` (CMake's list, e.g.
+    ``80-real;90a-real;90-virtual``): they need sm_90a code."""
+    if any(a.split("-")[0] == "90a" for a in architectures.split(";")):
+        return "yes (sm_90a in the build)"
+    return ("no: this build has no sm_90a code; reinstall with nvcc 12+ and CMake 3.26+, or set "
+            "CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=90a, for the faster many-sequence products")
+
+
 def collect() -> dict[str, Any]:
     """A JSON-able report: versions, native module status, GPUs seen."""
     from pvm_dist.engine.native import build_info
@@ -46,6 +55,8 @@ def collect() -> dict[str, Any]:
         native_view["cuda_architectures"] = native.get("cuda_architectures")
         native_view["cuda_runtime"] = native.get("cuda_runtime_version")
         native_view["cuda_devices"] = [f"{d['index']}: {d['name']} (sm {d['compute_capability']})" for d in native.get("devices", [])]
+        if any(d["compute_capability"] == "9.0" for d in native.get("devices", [])):
+            native_view["hopper_wgmma"] = wgmma_note(str(native.get("cuda_architectures") or ""))
         if native.get("cuda_error") and shutil.which("nvidia-smi") is not None:  # without a driver: "gpu" says so
             native_view["cuda_error"] = native["cuda_error"]
     else:
