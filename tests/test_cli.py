@@ -82,6 +82,13 @@ def test_doctor_says_whether_a_hopper_gpu_gets_wgmma():
         assert note.startswith("no") and "CMAKE_CUDA_ARCHITECTURES=90a" in note
 
 
+def test_bench_table_is_whole_off_a_terminal():
+    """Piped into a log, the table keeps every header and cell (Rich's 80 columns cut them to '…')."""
+    out = run("bench", "--spec", "tiny", "--n-seq", "1", "--steps", "3", "--warmup", "1", "--backend", "reference")
+    assert out.returncode == 0, out.stderr
+    assert "floor steps/s" in out.stdout and "reference" in out.stdout and "…" not in out.stdout
+
+
 @pytest.mark.parametrize("backend", ["reference", "auto"])
 def test_bench_reports_rates_and_floor(backend):
     out = run("bench", "--spec", "tiny", "--n-seq", "1,2", "--steps", "4", "--warmup", "3", "--backend", backend, "--json")

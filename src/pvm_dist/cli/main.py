@@ -115,10 +115,10 @@ def info(
 
 
 def _print_info(sm: dict, source: str) -> None:
-    from rich.console import Console
+    from pvm_dist.cli.console import console
     from rich.table import Table
 
-    con = Console()
+    con = console()
     D = sm["image"]
     con.print(f"[bold]{sm['name']}[/bold]  ({source})")
     con.print(f"  units              {sm['units']:,}")
@@ -496,7 +496,7 @@ def bench(
 
 
 def _print_bench(results: list[Any]) -> None:
-    from rich.console import Console
+    from pvm_dist.cli.console import console
     from rich.table import Table
 
     table = Table(title=f"pvm-dist bench on {results[0].device}" if results else "pvm-dist bench")
@@ -506,7 +506,7 @@ def _print_bench(results: list[Any]) -> None:
         table.add_row(r.spec, r.backend, r.frames, str(r.n_seq), f"{r.steps_per_s:,.1f}", f"{r.frames_per_s:,.0f}",
                       f"{r.achieved_gb_per_s:,.1f}", f"{r.achieved_gflop_per_s:,.1f}", f"{r.floor_steps_per_s:,.0f}",
                       f"{r.ratio_to_floor:.1%}", r.bound)
-    con = Console()
+    con = console()
     con.print(table)
     if results:
         con.print(f"floor: {results[0].bandwidth_gb_per_s:,.0f} GB/s measured copy bandwidth (read + write)")
@@ -628,11 +628,11 @@ def compare(
 
 
 def _print_comparison(result: dict, runs: list[dict]) -> None:
-    from rich.console import Console
+    from pvm_dist.cli.console import console
     from rich.table import Table
 
     direction = "higher is better" if result["descending"] else "lower is better"
-    con = Console()
+    con = console()
     if "groups" in result:
         cols = [k for k, short in result["columns"].items() if k in result["groups"][0]["params"]] if result["groups"] else []
         table = Table(title=f"{result['experiment']}: {len(result['groups'])} groups, {result['metric']} mean ± std ({direction})")
@@ -662,10 +662,10 @@ def _print_comparison(result: dict, runs: list[dict]) -> None:
 
 def _print_importance(imp: dict, metric: str) -> None:
     """The importance table, or the one line saying how many finished runs it needs."""
-    from rich.console import Console
+    from pvm_dist.cli.console import console
     from rich.table import Table
 
-    con = Console()
+    con = console()
     if imp["finished"] < imp["needed"]:
         con.print(f"importance: needs {imp['needed']} finished runs, this experiment has {imp['finished']}")
         return

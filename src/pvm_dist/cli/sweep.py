@@ -61,10 +61,10 @@ def print_plan(sweep: Any, as_json: bool) -> None:
                     "metric": sweep.metric, "mode": sweep.mode, "search": search,
                     "early_stopping": sweep.early_stopping and sweep.early_stopping.milestones(sweep.steps)})
         return
-    from rich.console import Console
+    from pvm_dist.cli.console import console
     from rich.table import Table
 
-    con = Console()
+    con = console()
     if sweep.adaptive:
         tab = Table(title=f"{sweep.name}: {sweep.search.type} search, {sweep.search.trials} trials asked for as "
                           f"workers free up ({sweep.search.startup_trials} at random first)", show_edge=False)
@@ -215,9 +215,9 @@ def status(
     if as_json:
         _echo_json({"sweep_id": sweep_id, **progress.summary(state, trials, sweep.steps, sweep.metric, sweep.mode)})
         return
-    from rich.console import Console
+    from pvm_dist.cli.console import console
 
-    Console().print(progress.table(state, trials, sweep.steps, sweep.metric, f"{sweep_id} · {state.status}"))
+    console().print(progress.table(state, trials, sweep.steps, sweep.metric, f"{sweep_id} · {state.status}"))
     if state.reason:
         typer.echo(f"reason: {state.reason}")
 
