@@ -183,11 +183,11 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
         wgmma_commit();
         if (i + 1 < n_slabs) {
             copy_async_wait<kStages - 3>();  // slab i+1 has landed (this thread's copies)
-            wgmma_wait<1>();                                           // this warp is done with slab i-1's buffer
-            __syncthreads();  // ... every warp, and every thread's copies; raw slab i is free
-            fetch(i + kStages - 1);  // into slab i-1's stage
+            wgmma_wait<1>();                 // this warp's products of slab i-1 are done
+            __syncthreads();                 // every thread's copies and every warp's products: buffer (i+1) % 2 is free
+            fetch(i + kStages - 1);          // into slab i-1's stage (split in iteration i-2)
             split_slab(i + 1);
-            __syncthreads();  // slab i+1's tiles are written
+            __syncthreads();                 // slab i+1's tiles are written
         }
     }
     wgmma_wait<0>();
