@@ -168,7 +168,9 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
         const double err = relative_error(got, expect);
         const double us = time_us([&] { launch_mma<P, Shape>(a, t, d); });  // W, V keep changing: fine for timing
         char label[64];
-        std::snprintf(label, sizeof label, "%s64x%d slab %dx%d, %d/SM, %dx%d w", IsWgmmaShape<Shape>::value ? "wgmma " : "",
+        const char* kind = "";
+        if constexpr (IsWgmmaShape<Shape>::value) kind = Shape::kWindow ? "wgmma window " : "wgmma ";
+        std::snprintf(label, sizeof label, "%s64x%d slab %dx%d, %d/SM, %dx%d w", kind,
                       Shape::kCols, Shape::kSlab, Shape::kStages, Shape::kMinBlocks, Shape::kWarpsM, Shape::kWarpsN);
         const bool good = err <= 5e-6;  // 3xTF32: ~22 bits per operand; sums of ~1,000 terms measured at 2.2e-6
         std::printf("    %-32s %8.1f us  %6.1f TFLOP/s  %5.0f%% of copy  rel err %.1e %s\n", label, us,
@@ -201,12 +203,12 @@ int main(int argc, char** argv) {
         using Narrow1x4 = MmaShape<64, 16, 4, 4, 1, 4>;
         using Narrow1x2 = MmaShape<64, 16, 4, 6, 1, 2>;
         using Shallow1x4 = MmaShape<64, 8, 4, 4, 1, 4>;
-        using WgmmaDeep = WgmmaShape<128, 16, 3, 2>;     // W0 forward's one-column shape on sm_90a
+        using WgmmaDeep = WgmmaShape<128, 16, 3, 2>;     // 4-byte copies (the W0 forward's before window copies)
         using WgmmaShallow = WgmmaShape<128, 8, 5, 3>;   // W0 update's on sm_90a
         using WgNarrow = WgmmaShape<64, 8, 5, 4>;
         using WgNarrowDeep = WgmmaShape<64, 16, 4, 3>;
         using WgNarrowShort = WgmmaShape<64, 8, 3, 4>;
-        ok &= bench<W0Forward, MmaWide, MmaWideFew, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
+        ok &= bench<W0Forward, MmaWide, MmaWideFew, W0Forward::WgmmaTiles, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
             "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_total), 2.0 * N * w0, forward_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
         ok &= bench<W0Update, MmaWide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(

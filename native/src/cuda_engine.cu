@@ -37,6 +37,8 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 // - Hidden deltas: below kProductSeqs the per-unit kernel hidden_deltas<NS> (which also sums the units'
 //   errors); from kProductSeqs a per-unit product on tensor cores, the errors summed by unit_errors.
 constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9;
+// Floats allocated past W and x for wgmma_product's window copies (WindowCopies reads up to 3 past a row).
+constexpr int64_t kWindowSlack = 4;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
 // Calls f(std::integral_constant<int, NS>) for the compile-time sequence bucket NS >= n (n < kProductSeqs).
@@ -265,7 +267,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::MmaTilesOneColumn>();
             allow_mma_product_shared<kernels::W0Update>();
             if (wgmma_) {
-                allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::WgmmaTilesOneColumn>();
+                allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::WgmmaTiles>();
                 allow_mma_product_shared<kernels::W0Update, kernels::W0Update::WgmmaTiles>();
             }
         }
@@ -278,9 +280,9 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         }
     }
 
-    weights_ = DeviceBuffer<float>(t.n_weights);
+    weights_ = DeviceBuffer<float>(t.n_weights, kWindowSlack);
     velocity_ = DeviceBuffer<float>(t.n_weights);
-    x_ = DeviceBuffer<float>(3 * n * t.x_total);
+    x_ = DeviceBuffer<float>(3 * n * t.x_total, kWindowSlack);
     h_ = DeviceBuffer<float>(3 * n * t.h_total);
     y_ = DeviceBuffer<float>(3 * n * t.y_total);
     unit_lr_ = DeviceBuffer<float>(t.n_units);
@@ -387,14 +389,14 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
             launch_product<W1Update>(a, w1_update_, launch);
         mark("w1 update");
     } else {
-        // wgmma (sm_90a) where the workbench measured it ahead: the one-column forward and the update
-        // (benchmarks/NOTES.md); the tile lists are the same (128 columns).
-        static_assert(W0Forward::WgmmaTilesOneColumn::kCols == W0Forward::MmaTiles::kCols &&
+        // wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md); the tile lists are the
+        // same (128 columns).
+        static_assert(W0Forward::WgmmaTiles::kCols == W0Forward::MmaTiles::kCols &&
                           W0Update::WgmmaTiles::kCols == W0Update::MmaTiles::kCols, "one tile list per product");
-        if (a.n_seq > W0Forward::MmaTiles::kCols)
+        if (wgmma_)
+            launch_product<W0Forward, W0Forward::WgmmaTiles>(a, w0_forward_, launch);
+        else if (a.n_seq > W0Forward::MmaTiles::kCols)
             launch_product<W0Forward>(a, w0_forward_, launch);
-        else if (wgmma_)
-            launch_product<W0Forward, W0Forward::WgmmaTilesOneColumn>(a, w0_forward_, launch);
         else
             launch_product<W0Forward, W0Forward::MmaTilesOneColumn>(a, w0_forward_, launch);
         mark("w0 forward");

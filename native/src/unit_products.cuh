@@ -33,11 +33,13 @@ using MmaNarrowQuad = MmaShape<64, 16, 4, 4, 2, 2>;  // 4 warps of 32 x 32
 using MmaNarrowShallow = MmaShape<64, 8, 4, 4>;  // the short W1 forward sums (K = 50)
 
 // A tile shape of wgmma_product (wgmma_product.cuh, sm_90a): one warpgroup per 64 x kCols tile, slabs kSlab
-// deep through kStages raw stages, at least kMinBlocks blocks per SM.
-template <int Cols, int Slab, int Stages, int MinBlocks>
+// deep through kStages raw stages, at least kMinBlocks blocks per SM; with Window, both operands (along k)
+// copied as the 16-byte chunks that cover each row's slab.
+template <int Cols, int Slab, int Stages, int MinBlocks, bool Window = false>
 struct WgmmaShape {
     static constexpr int kCols = Cols, kSlab = Slab, kStages = Stages, kMinBlocks = MinBlocks, kThreads = 128;
     static constexpr int kWarpsM = 4, kWarpsN = 1;
+    static constexpr bool kWindow = Window;
 };
 
 // ---- the products ----------------------------------------------------------------------------
@@ -74,7 +76,7 @@ struct Forward {
 struct W0Forward : Forward {
     using MmaTiles = MmaWide;
     using MmaTilesOneColumn = MmaWideFew;  // up to MmaTiles::kCols sequences
-    using WgmmaTilesOneColumn = WgmmaShape<128, 16, 3, 2>;  // the same on sm_90a
+    using WgmmaTiles = WgmmaShape<128, 16, 4, 2, true>;  // on sm_90a, any number of sequences
     __device__ W0Forward(const StepArgs& a, int64_t u)
         : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], a.w0_off[u], a.x + a.x_off[u], a.x_total, a.h + a.h_off[u],
                   a.h_total) {}

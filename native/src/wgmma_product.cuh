@@ -6,10 +6,10 @@
 // Why: mma.sync splits an operand value in every warp that reads it and issues 48 mma per warp and
 // k-step; here every value is split once per block, and a k-step is 3 instructions for the warpgroup.
 // The sums are bit-identical to mma_product's. Measured (dev/cuda/mma_products.cu, H100): ahead for W0's
-// update (8-deep slabs, 5 stages: 286 against 314 us at 256 sequences, 227 against 269 at 128) and for its
-// forward with one column tile (16-deep, 3 stages: 156 against 187 at 128), behind for the forward at 256
-// and more (265 against 259): the 4-byte copies of unaligned rows and the per-value split, not the
-// multiplies, set the pace there (ncu: long-scoreboard and MIO stalls; benchmarks/NOTES.md).
+// update (8-deep slabs, 5 stages: 286 against 314 us at 256 sequences, 227 against 269 at 128). For W0's
+// forward the 4-byte copies of unaligned rows and the per-value split, not the multiplies, set the pace
+// (265 against 259 us at 256); with window copies (WindowCopies: 16-byte chunks) it is ahead everywhere
+// (247 against 266 at 256, 149 against 157 at 128; benchmarks/NOTES.md).
 // k advances in slabs of kSlab through kStages raw stages (cp.async, [k][x] as mma_product stages them).
 // Each slab is split into hi and lo tiles of A and B in the layout wgmma reads (K-major, no swizzle: core
 // matrices of 8 rows x 4 k, 16-byte rows), in two buffers: the split of slab i+1 runs while the tensor
@@ -31,7 +31,51 @@ namespace pvm {
 namespace kernels {
 
 template <class S>
-__host__ __device__ constexpr int wgmma_raw_stage_floats() { return S::kSlab * (kMmaProductRows + 8 + S::kCols + 8); }
+__host__ __device__ constexpr int wgmma_raw_stage_floats() {
+    return S::kWindow ? (kMmaProductRows + S::kCols) * (S::kSlab + 4) : S::kSlab * (kMmaProductRows + 8 + S::kCols + 8);
+}
+
+// Slab i of an along-k operand's rows x0.. as the kSlab / 4 + 1 aligned 16-byte chunks that cover each row's
+// slab, whatever the row's offset d (its first entry's index mod 4): [x][k] rows of kSlab + 4 floats, row x's
+// slab from float d. Rows past X and chunks wholly past K are zeros; what a chunk holds past K (the next
+// row's entries) the split zeroes. Reads up to 3 floats before a row and past its end: the operands'
+// allocations carry that much slack. Why: a 4-byte cp.async per entry was most of the products' instructions
+// (benchmarks/NOTES.md); this moves 16 bytes per copy without padding W0's rows or x's segments.
+__device__ __forceinline__ int offset4(const Operand& op, int64_t x) {
+    return static_cast<int>((reinterpret_cast<uintptr_t>(op.base) / sizeof(float) + static_cast<uint64_t>(x * op.sx)) % 4);
+}
+template <int kExtent, int kSlab, int kThreadCount>
+struct WindowCopies {
+    static constexpr int kPerRow = kSlab / 4 + 1, kStride = 4 * kPerRow;
+    static constexpr int kChunks = kExtent * kPerRow, kCopies = (kChunks + kThreadCount - 1) / kThreadCount;
+    const float* base;
+    const float* src[kCopies];  // chunk c's source at slab 0
+    int k_first[kCopies];       // chunk c's first k at slab 0 (-3..kSlab)
+    int dst[kCopies];
+    uint32_t inside = 0;        // bit c: chunk c exists and its row is inside the matrix
+    int64_t K;
+    __device__ WindowCopies(const Operand& op, int64_t x0, int64_t K_, int64_t X) : base(op.base), K(K_) {
+#pragma unroll
+        for (int c = 0; c < kCopies; ++c) {
+            const int e = static_cast<int>(threadIdx.x) + c * kThreadCount, row = e / kPerRow, j = e % kPerRow;
+            const bool ok = e < kChunks && x0 + row < X;
+            k_first[c] = 4 * j - (ok ? offset4(op, x0 + row) : 0);
+            src[c] = ok ? op.at(0, x0 + row) + k_first[c] : op.base;
+            dst[c] = row * kStride + 4 * j;
+            if (ok) inside |= 1u << c;
+        }
+    }
+    __device__ void copy(float* stage, int64_t i) const {
+#pragma unroll
+        for (int c = 0; c < kCopies; ++c) {
+            if (kChunks % kThreadCount != 0 && static_cast<int>(threadIdx.x) + c * kThreadCount >= kChunks) continue;
+            const bool ok = ((inside >> c) & 1u) && i * kSlab + k_first[c] < K;
+            const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(stage + dst[c]));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(ok ? src[c] + i * kSlab : base),
+                         "r"(ok ? 16 : 0));
+        }
+    }
+};
 template <class S>  // one buffer of split tiles: hi and lo of A (64 rows) and B (kCols rows)
 __host__ __device__ constexpr int wgmma_split_floats() { return 2 * S::kSlab * (kMmaProductRows + S::kCols); }
 template <class S>
@@ -121,8 +165,11 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     const int g = lane / 4, t = lane % 4;
     const int wm = 16 * warp;
 
-    using ACopies = SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount>;
-    using BCopies = SlabCopies<P::kBAlongK, BN, KS, kBStride, kThreadCount>;
+    constexpr bool kWin = Shape::kWindow;
+    static_assert(!kWin || (P::kAAlongK && P::kBAlongK), "window copies take rows along k");
+    using ACopies = std::conditional_t<kWin, WindowCopies<BM, KS, kThreadCount>, SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount>>;
+    using BCopies = std::conditional_t<kWin, WindowCopies<BN, KS, kThreadCount>, SlabCopies<P::kBAlongK, BN, KS, kBStride, kThreadCount>>;
+    constexpr int kBOffset = kWin ? BM * (KS + 4) : KS * kAStride;  // B's raw slab within a stage
     const ACopies a_copies(p.A, m0, p.K, p.M);
     const BCopies b_copies(p.B, n0, p.K, p.N);
     const int64_t n_slabs = (p.K + KS - 1) / KS;
@@ -130,25 +177,47 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
         if (i < n_slabs) {
             float* As = stages + (i % kStages) * wgmma_raw_stage_floats<Shape>();
             a_copies.copy(As, i);
-            b_copies.copy(As + KS * kAStride, i);
+            b_copies.copy(As + kBOffset, i);
         }
         copy_async_commit();
     };
-    // Raw slab i into split buffer i % 2: a thread takes 4 consecutive k of one row x (one 16-byte row
-    // of a core matrix), reading 4 conflict-free words and writing two 16-byte words.
+    // Raw slab i into split buffer i % 2: a thread takes 4 consecutive k of one row x (one 16-byte row of a
+    // core matrix) and writes two 16-byte words. From [k][x] stages it reads 4 conflict-free words; from
+    // window stages ([x][k], the row's slab from float d) two 16-byte words, shifted by d with selects, and in
+    // the last slab it zeroes what lies past K.
     auto split_slab = [&](int64_t i) {
         const float* As = stages + (i % kStages) * wgmma_raw_stage_floats<Shape>();
-        const float* Bs = As + KS * kAStride;
         float* buf = smem + (i % 2) * wgmma_split_floats<Shape>();
-        auto rows = [&](auto copies, const float* raw, int stride, int X, float* hi, float* lo, bool scale) {
+        const bool last = (i + 1) * KS > p.K;
+        const int64_t k_left = p.K - i * KS;
+        auto rows = [&](auto copies, const float* raw, int stride, int X, float* hi, float* lo, bool scale, const Operand& op,
+                        int64_t x0) {
+            [[maybe_unused]] const int d = kWin ? offset4(op, x0 + static_cast<int>(threadIdx.x) % X) : 0;  // X divides the block
 #pragma unroll
             for (int r = 0; r < KS / 4 * X / kThreadCount; ++r) {
                 const int e = static_cast<int>(threadIdx.x) + r * kThreadCount, x = e % X, kg = e / X;
+                float v[4];
+                if constexpr (kWin) {
+                    const float4 a = *reinterpret_cast<const float4*>(raw + x * (KS + 4) + 4 * kg);
+                    const float4 b = *reinterpret_cast<const float4*>(raw + x * (KS + 4) + 4 * kg + 4);
+                    const float t8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+                    float t6[6];
+#pragma unroll
+                    for (int c = 0; c < 6; ++c) t6[c] = (d & 2) ? t8[c + 2] : t8[c];
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) v[c] = (d & 1) ? t6[c + 1] : t6[c];
+                    if (last) {
+#pragma unroll
+                        for (int c = 0; c < 4; ++c) v[c] = 4 * kg + c < k_left ? v[c] : 0.0f;
+                    }
+                } else {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) v[c] = raw[(4 * kg + c) * stride + (x ^ decltype(copies)::swizzle(4 * kg))];
+                }
                 uint32_t h[4], l[4];
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
-                    const float v = raw[(4 * kg + c) * stride + (x ^ decltype(copies)::swizzle(4 * kg))];
-                    const Split sp = split(scale ? __fmul_rn(p.a_scale, v) : v);
+                    const Split sp = split(scale ? __fmul_rn(p.a_scale, v[c]) : v[c]);
                     h[c] = sp.hi;
                     l[c] = sp.lo;
                 }
@@ -156,8 +225,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
                 *reinterpret_cast<uint4*>(lo + (kg * X + x) * 4) = make_uint4(l[0], l[1], l[2], l[3]);
             }
         };
-        rows(a_copies, As, kAStride, BM, buf, buf + KS * BM, P::kScaleA);
-        rows(b_copies, Bs, kBStride, BN, buf + 2 * KS * BM, buf + 2 * KS * BM + KS * BN, false);
+        rows(a_copies, As, kAStride, BM, buf, buf + KS * BM, P::kScaleA, p.A, m0);
+        rows(b_copies, As + kBOffset, kBStride, BN, buf + 2 * KS * BM, buf + 2 * KS * BM + KS * BN, false, p.B, n0);
         fence_async_shared();  // the tensor cores read what these stores wrote
     };
 
@@ -220,8 +289,8 @@ __global__ void wgmma_built(int* out) { *out = PVM_WGMMA; }
 // The kernel of product P under tile shape S (mma_product or wgmma_product) and its shared memory.
 template <class S>
 struct IsWgmmaShape : std::false_type {};
-template <int C, int K, int St, int B>
-struct IsWgmmaShape<WgmmaShape<C, K, St, B>> : std::true_type {};
+template <int C, int K, int St, int B, bool W>
+struct IsWgmmaShape<WgmmaShape<C, K, St, B, W>> : std::true_type {};
 template <class P, class S>
 constexpr auto product_kernel() {
     if constexpr (IsWgmmaShape<S>::value) return wgmma_product<P, S>;

@@ -19,8 +19,10 @@ template <class T>
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
-    explicit DeviceBuffer(int64_t n) : size_(n) {
-        if (n > 0) PVM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), sizeof(T) * static_cast<size_t>(n)));
+    // n elements, and `slack` more allocated past them that size() and bytes() leave out (for kernels that
+    // read a few elements past the last one they use, e.g. wgmma_product's 16-byte windows).
+    explicit DeviceBuffer(int64_t n, int64_t slack = 0) : size_(n) {
+        if (n > 0) PVM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), sizeof(T) * static_cast<size_t>(n + slack)));
     }
     explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(static_cast<int64_t>(host.size())) {
         if (size_ > 0) PVM_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
