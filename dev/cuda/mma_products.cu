@@ -118,16 +118,11 @@ std::vector<float> result(const StepArgs& a, const Layout& L, int64_t n, int whi
     }
 }
 
-
 bool wgmma_in_binary() {
     static const bool built = [] {
-        int* d = nullptr;
-        int h = 0;
-        CHECK(cudaMalloc(&d, sizeof(int)));
-        wgmma_built<<<1, 1>>>(d);
-        CHECK(cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost));
-        CHECK(cudaFree(d));
-        return h == 1;
+        bool b = false;
+        CHECK(query_wgmma_built(b));
+        return b;
     }();
     return built;
 }

@@ -200,17 +200,12 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     PVM_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
     const char* chain = std::getenv("PVM_CUDA_CHAIN");
     chain_ = prop.major >= 9 && std::min(driver, runtime) >= 12030 && !(chain != nullptr && std::strcmp(chain, "0") == 0);
-    // Products on wgmma (wgmma_product.cuh) where this binary holds them for this device: an sm_90a
-    // build on compute capability 9.0 (PVM_CUDA_WGMMA=0 keeps mma.sync, for comparisons).
+    // Products on wgmma (wgmma_product.cuh) where a step has products (from kProductSeqs) and this binary
+    // holds them for this device: an sm_90a build on compute capability 9.0 (PVM_CUDA_WGMMA=0 keeps mma.sync,
+    // for comparisons).
     const char* wgmma = std::getenv("PVM_CUDA_WGMMA");
-    if (prop.major == 9 && prop.minor == 0 && !(wgmma != nullptr && std::strcmp(wgmma, "0") == 0)) {
-        DeviceBuffer<int> built(1);
-        kernels::wgmma_built<<<1, 1>>>(built.data());
-        PVM_CUDA_CHECK(cudaGetLastError());
-        int h = 0;
-        PVM_CUDA_CHECK(cudaMemcpy(&h, built.data(), sizeof h, cudaMemcpyDeviceToHost));
-        wgmma_ = h == 1;
-    }
+    if (cfg_.n_seq >= kProductSeqs && prop.major == 9 && prop.minor == 0 && !(wgmma != nullptr && std::strcmp(wgmma, "0") == 0))
+        PVM_CUDA_CHECK(kernels::query_wgmma_built(wgmma_));
     check_memory();
     PVM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
@@ -369,8 +364,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     // wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md); same tile lists.
     static_assert(HiddenDeltas::WgmmaTilesFew::kCols == HiddenDeltas::MmaTiles::kCols &&
                       W1Update::WgmmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
-    const bool few = a.n_seq <= kMmaMaxSeqs;
-    if (wgmma_ && few)
+    if (wgmma_ && a.n_seq <= kMmaMaxSeqs)
         launch_product<HiddenDeltas, HiddenDeltas::WgmmaTilesFew>(a, hidden_deltas_, launch);
     else
         launch_product<HiddenDeltas>(a, hidden_deltas_, launch);
@@ -526,7 +520,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
 }
 
 bool CudaEngine::chained_launches() const { return chain_ && cfg_.n_seq < kProductSeqs; }
-bool CudaEngine::wgmma_products() const { return wgmma_ && cfg_.n_seq >= kProductSeqs; }
+bool CudaEngine::wgmma_products() const { return wgmma_; }
 
 template <class Pixel>
 Pixel* CudaEngine::upload_frames(const Pixel* frames) {

@@ -21,7 +21,6 @@
 #include "mma_pass.cuh"
 #include "unit_products.cuh"
 
-
 namespace pvm {
 namespace kernels {
 

@@ -283,8 +283,23 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
 #endif
 }
 
-// 1 where this binary holds the kernel above (compiled for sm_90a), else 0: the engine asks once.
+// 1 where this binary holds the kernel above (compiled for sm_90a), else 0.
 __global__ void wgmma_built(int* out) { *out = PVM_WGMMA; }
+
+// Whether this binary holds wgmma_product's code for the current device, asked with a one-thread launch (the
+// engine once, the workbench once); CUDA's error, if any, is returned.
+inline cudaError_t query_wgmma_built(bool& built) {
+    int* d = nullptr;
+    int h = 0;
+    cudaError_t e = cudaMalloc(&d, sizeof(int));
+    if (e != cudaSuccess) return e;
+    wgmma_built<<<1, 1>>>(d);
+    e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    built = h == 1;
+    return e;
+}
 
 // The kernel of product P under tile shape S (mma_product or wgmma_product) and its shared memory.
 template <class S>

@@ -71,7 +71,7 @@ private:
     // sequences): on sm_90 and later with CUDA 12.3 or later, unless the environment sets
     // PVM_CUDA_CHAIN=0 (to compare, or to rule it out).
     bool chain_ = false;
-    bool wgmma_ = false;  // products on wgmma where measured ahead (sm_90a build, compute capability 9.0)
+    bool wgmma_ = false;  // products on wgmma where measured ahead (from kProductSeqs, sm_90a build, capability 9.0)
 
     // Topology on the device.
     DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, h_bias_, raw_dst_, raw_src_, target_src_,
