@@ -68,15 +68,15 @@ inline pvm::kernels::StepArgs upload(DeviceScope& dev, const Layout& L, const St
     a.w0_off = dev.put(L.w0_off);
     a.w1_off = dev.put(L.w1_off);
     a.y_unit = dev.put(L.y_unit);
-    // W and x with 4 floats of slack past them, as the engine allocates them (wgmma_product's window copies).
+    // W, V, x and h with 4 floats of slack past them, as the engine allocates them (the window copies).
     const auto slack = [](std::vector<float> v) {
         v.resize(v.size() + 4, 0.0f);
         return v;
     };
     a.weights = dev.put(slack(S.w));
-    a.velocity = dev.put(S.v);
+    a.velocity = dev.put(slack(S.v));
     a.x = dev.put(slack(S.x));
-    a.h = dev.put(S.h);
+    a.h = dev.put(slack(S.h));
     a.y = dev.put(S.y);
     a.delta_out = dev.put(S.d);
     a.lr_delta_hidden = dev.put(S.ldh);

@@ -127,7 +127,8 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
         n_blocks = static_cast<int64_t>(host_blocks.size() / 3);
     } else {
         const MmaBlocks mb = mma_blocks(kUnits, ver.split ? mma_slots(n) : 0, [](int64_t) { return kHidden; },
-                                        [&](int64_t u) { return L.x_off[u + 1] - L.x_off[u]; });
+                                        [&](int64_t u) { return L.x_off[u + 1] - L.x_off[u]; },
+                                        mma_window(true, n <= 8 ? 8 : n <= 16 ? 16 : 32));  // launch_mma_bucket's bucket
         host_blocks = mb.list;
         n_blocks = static_cast<int64_t>(host_blocks.size() / kMmaBlockInts);
         a.mma_partial = dev.put(std::vector<float>(mb.most_parts * n * kUnits * kHidden, 0.0f));

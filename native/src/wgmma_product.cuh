@@ -41,9 +41,7 @@ __host__ __device__ constexpr int wgmma_raw_stage_floats() {
 // row's entries) the split zeroes. Reads up to 3 floats before a row and past its end: the operands'
 // allocations carry that much slack. Why: a 4-byte cp.async per entry was most of the products' instructions
 // (benchmarks/NOTES.md); this moves 16 bytes per copy without padding W0's rows or x's segments.
-__device__ __forceinline__ int offset4(const Operand& op, int64_t x) {
-    return static_cast<int>((reinterpret_cast<uintptr_t>(op.base) / sizeof(float) + static_cast<uint64_t>(x * op.sx)) % 4);
-}
+__device__ __forceinline__ int offset4(const Operand& op, int64_t x) { return float_phase(op.at(0, x)); }
 template <int kExtent, int kSlab, int kThreadCount>
 struct WindowCopies {
     static constexpr int kPerRow = kSlab / 4 + 1, kStride = 4 * kPerRow;
@@ -70,9 +68,7 @@ struct WindowCopies {
         for (int c = 0; c < kCopies; ++c) {
             if (kChunks % kThreadCount != 0 && static_cast<int>(threadIdx.x) + c * kThreadCount >= kChunks) continue;
             const bool ok = ((inside >> c) & 1u) && i * kSlab + k_first[c] < K;
-            const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(stage + dst[c]));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(ok ? src[c] + i * kSlab : base),
-                         "r"(ok ? 16 : 0));
+            copy_async16(stage + dst[c], ok ? src[c] + i * kSlab : base, ok);
         }
     }
 };

@@ -20,9 +20,11 @@ class DeviceBuffer {
 public:
     DeviceBuffer() = default;
     // n elements, and `slack` more allocated past them that size() and bytes() leave out (for kernels that
-    // read a few elements past the last one they use, e.g. wgmma_product's 16-byte windows).
+    // read a few elements past the last one they use, e.g. the 16-byte window copies), set to zero bytes
+    // (a product may multiply them by a masked 0: they must not be NaN).
     explicit DeviceBuffer(int64_t n, int64_t slack = 0) : size_(n) {
         if (n > 0) PVM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), sizeof(T) * static_cast<size_t>(n + slack)));
+        if (n > 0 && slack > 0) PVM_CUDA_CHECK(cudaMemset(ptr_ + n, 0, sizeof(T) * static_cast<size_t>(slack)));
     }
     explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(static_cast<int64_t>(host.size())) {
         if (size_ > 0) PVM_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
