@@ -68,7 +68,8 @@ __host__ __device__ constexpr int64_t mma_chunks(int64_t len, bool window) { ret
 // stage. With window copies (cc from -kMmaLead): rows 4-7 of every 8 one float further on, so that the
 // forward's reads (8 rows x columns 2t, two 4-byte loads: the tile's phase may be odd) and the update's
 // (sequences 8j+t x column g) fall in 32 different banks whatever the phase. Without, the forward reads
-// each pair as one 8-byte load (4-byte loads cost the pass 2-4% at 32 and 64 sequences).
+// each pair as one 8-byte load, as before the windows (4-byte loads there, with another input-copy loop,
+// left the pass 2-4% slower at 32 and 64 sequences).
 template <bool kWindow>
 __host__ __device__ constexpr int mma_input_at(int row, int cc) {
     return kWindow ? row * kMmaStride + kMmaLead + cc + ((row >> 2) & 1) : row * kMmaStride + cc;
@@ -212,10 +213,10 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     }
     // Chunk i into stage i % kMmaStages: W, V of the live rows (past the row's end as zeros), then the
     // inputs (sequences past n_seq and columns outside the row as zeros); then a group is committed.
-    // In the bucket of 8 (5 to 8 sequences, run as a chained step:
-    // dependent_launch.cuh), the first stages' W and V are copied while the kernels before this one finish
-    // (none of them writes W or V), their inputs after. Elsewhere the early copies cost 1-5% (H200:
-    // unchained at 16 and 32 sequences, chained or not at 64).
+    // In the bucket of 8 (5 to 8 sequences, run as a chained step: dependent_launch.cuh), the first
+    // stages' W and V are copied while the kernels before this one finish (none of them writes W or V),
+    // their inputs after. Elsewhere the early copies cost 1-5% (H200: unchained at 16 and 32 sequences,
+    // chained or not at 64).
     constexpr bool kEarlyWV = NS == 8;
     const auto fetch_wv = [&](int64_t i) {
         if (i >= n_chunks) return;
