@@ -151,6 +151,6 @@ void bind_engine(py::module_& m) {
              "Train n_steps steps on the dataset (no frame crosses from the host; rates unchanged).")
         .def_property_readonly("dataset_frames", &pvm::Engine::dataset_frames)
         .def("device_pointer", &pvm::Engine::device_pointer, py::arg("name"),
-             "Device address of a state buffer, or of 'error' (CUDA engines only).")
+             "Device address of a state buffer, or of 'error' (the last step's output errors, rebuilt by this call on the engine's stream; CUDA engines only).")
         .def_static("buffer_names", &pvm::buffer_names);
 }

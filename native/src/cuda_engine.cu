@@ -463,7 +463,6 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     a.lr_delta_hidden = lr_delta_hidden_.data();
     a.mma_partial = mma_partial_.data();
     a.mma_count = mma_count_.data();
-    a.error = error_.data();
     a.error_sq = error_sq_.data();
     a.metric_sums = metric_sums_.data();
     a.unit_error = unit_error_.data();
@@ -607,7 +606,14 @@ void CudaEngine::run_dataset(int64_t n_steps) {
 }
 
 uintptr_t CudaEngine::device_pointer(const std::string& name) {
-    if (name == "error") return reinterpret_cast<uintptr_t>(error_.data());
+    if (name == "error") {  // rebuilt from the rings for the last step (output_deltas does not store it)
+        PVM_CUDA_CHECK(cudaSetDevice(device_));
+        const int64_t n = cfg_.n_seq;
+        kernels::output_errors<<<dim3(blocks_for(topo_.y_total), static_cast<unsigned>(n)), kernels::kThreads, 0, stream_>>>(
+            x_.data(), y_.data(), target_src_.data(), step_.data(), n, topo_.x_total, topo_.y_total, error_.data());
+        PVM_CUDA_CHECK_LAUNCH();
+        return reinterpret_cast<uintptr_t>(error_.data());
+    }
     return reinterpret_cast<uintptr_t>(buffer(name).data());
 }
 

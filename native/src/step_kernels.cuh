@@ -30,7 +30,7 @@ struct StepArgs {
     const int32_t* y_unit;
     float *weights, *velocity, *x, *h, *y;
     const float *unit_lr, *unit_mu;
-    float *delta_out, *lr_delta_hidden, *error;
+    float *delta_out, *lr_delta_hidden;
     float* mma_partial;                // weight_pass_mma, a split run: per part p, sequence q, row r the part's forward sum
     int32_t* mma_count;                // weight_pass_mma: per run (group), its blocks done this step (0 between steps)
     double* error_sq;                  // per sequence group g, output j: sum over g's sequences (in order) of error^2
@@ -170,6 +170,7 @@ __device__ double baseline_error(const StepArgs& a, int cur, int old, int64_t ta
 }
 
 // e = x(s)[target] - y(s-2); delta_out = g(y(s-2)) * e (after the opt_abs_diff sign quirk, §3.11).
+// e itself is not stored (output_errors rebuilds it when asked: 70 MB a step less at n_seq 256, small).
 // For a layer-0 output also the copy-last-frame baseline's squared error, into baseline_sq.
 // Grid: x over outputs, y over groups of delta_group sequences, each group's squared errors summed
 // (in sequence order) into a row of error_sq / baseline_sq of its own; sum_unit_errors adds the rows
@@ -199,7 +200,6 @@ __global__ void output_deltas(StepArgs a) {
                 const int64_t q = q0 + k;
                 if (q >= q_end) break;
                 float e = t[k] - yo[k];
-                a.error[q * a.y_total + j] = e;
                 e2 += static_cast<double>(e) * static_cast<double>(e);
                 if (a.opt_abs_diff && j < a.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
                 a.delta_out[q * a.y_total + j] = delta(yo[k], e, a.polynomial, static_cast<Derivative>(a.derivative));
@@ -636,6 +636,18 @@ __global__ void __launch_bounds__(kThreads) unit_errors(StepArgs a) {
     let_next_kernel_launch();
     await_prior_kernels();
     sum_unit_errors(a, blockIdx.x);
+}
+
+// The last step's output errors, e = x(s)[target] - y(s-2) as output_deltas takes them, for s = *step - 1
+// (0 before the first step). After step s the rings still hold x(s) and y(s-2) (three slots), so the
+// errors are rebuilt only when asked for. Grid: x over outputs, y over sequences.
+__global__ void output_errors(const float* __restrict__ x, const float* __restrict__ y,
+                              const int64_t* __restrict__ target_src, const int64_t* __restrict__ step, int64_t n_seq,
+                              int64_t x_total, int64_t y_total, float* __restrict__ error) {
+    const int64_t s = *step - 1, q = seq_index();
+    const int cur = ring_slot(s), old = ring_slot(s - 2);
+    for (int64_t j = global_thread(); j < y_total; j += grid_threads())
+        error[q * y_total + j] = s < 0 ? 0.0f : x[(cur * n_seq + q) * x_total + target_src[j]] - y[(old * n_seq + q) * y_total + j];
 }
 
 __global__ void fill(float* p, int64_t n, float value) {

@@ -65,7 +65,8 @@ public:
     virtual void run_dataset(int64_t n_steps);
     int64_t dataset_frames() const { return dataset_frames_; }
 
-    // Device address of a state buffer (or "error": the output errors [n_seq, y_total]); CUDA only.
+    // Device address of a state buffer, or of "error" (the last step's output errors [n_seq, y_total], rebuilt
+    // from the rings by this call on the engine's stream); CUDA only.
     virtual uintptr_t device_pointer(const std::string& name);
 
     const Topology& topology() const { return topo_; }

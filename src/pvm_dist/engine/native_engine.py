@@ -230,7 +230,9 @@ class NativeEngine(EngineBase):
         ``unit_learning_rate``, ``unit_momentum``) or ``error`` [n_seq, ΣM] in place on the GPU.
 
         The engine is synchronised first, so the view shows every queued step; after more steps call
-        :meth:`synchronize` before reading it again. The view stays valid while the engine lives.
+        :meth:`synchronize` before reading it again. ``error`` is the exception: it is rebuilt from the rings
+        only when asked for, so ask again (:meth:`error_view`) after more steps. The view stays valid while
+        the engine lives.
         """
         shapes = {**self.state_shapes(), "error": (self.n_seq, self.topo.y_total)}
         if name not in shapes:
@@ -254,7 +256,8 @@ class NativeEngine(EngineBase):
         return self.device_view("y_ring")[(self.step_index - 1) % RING]
 
     def error_view(self) -> Any:
-        """The last step's output errors [n_seq, ΣM] (target − prediction) on the GPU."""
+        """The last step's output errors [n_seq, ΣM] (target − prediction) on the GPU, computed by this call
+        (training does not store them): call it again after more steps."""
         return self.device_view("error")
 
     @property
