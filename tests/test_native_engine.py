@@ -152,19 +152,20 @@ def test_native_cuda_feed_context_matches_reference(n_seq):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("hidden_block", [3, 8])
-def test_native_cuda_tiles_cover_any_shape(hidden_block):
-    """Sequences over several column tiles (150 = 128 + 22) and, with 64 hidden units, rows over two
-    row tiles of 56: the tiled products' edges and the gather written by the first row tile only."""
+@pytest.mark.parametrize("hidden_block, n_seq", [(3, 150), (8, 150), (8, 20)])
+def test_native_cuda_tiles_cover_any_shape(hidden_block, n_seq):
+    """Sequences over several column tiles (150 = 128 + 22; 20 of a 32-column hidden-deltas tile) and, with
+    64 hidden units, rows over two row tiles of 56: the tiled products' edges and the gather written by the
+    first row tile only."""
     spec = transitions("tiny", 60).with_overrides({"hidden_block_size": hidden_block})
-    frames = random_frames(spec, 60, n_seq=150, seed=2)
-    cpu = build_engine(spec, backend="native", n_seq=150, device="cpu")
-    gpu = build_engine(spec, backend="native", n_seq=150, device="cuda")
+    frames = random_frames(spec, 60, n_seq=n_seq, seed=2)
+    cpu = build_engine(spec, backend="native", n_seq=n_seq, device="cpu")
+    gpu = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
     for f in frames:
         cpu.step(f)
         gpu.step(f)
     errs = relative_errors(cpu.state(), gpu.state())
-    print(f"tiny hidden {hidden_block}x{hidden_block} n_seq=150 vs native-cpu: " +
+    print(f"tiny hidden {hidden_block}x{hidden_block} n_seq={n_seq} vs native-cpu: " +
           ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
     assert max(errs.values()) <= 1e-4, errs
 

@@ -259,10 +259,13 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
                                          inputs = [&](int64_t u) { return t.inputs(u); },
                                          outputs = [&](int64_t u) { return t.outputs(u); },
                                          hidden_len = [&](int64_t u) { return t.hidden_len(u); };
-        hidden_deltas_ = DeviceBuffer<int32_t>(
-            product_tiles(t.n_units, kernels::HiddenDeltas::MmaTiles::kCols, hidden, seqs, outputs));
-        allow_mma_product_shared<kernels::HiddenDeltas>();
-        if (wgmma_) allow_mma_product_shared<kernels::HiddenDeltas, kernels::HiddenDeltas::WgmmaTilesFew>();
+        using HiddenDeltas = kernels::HiddenDeltas;
+        const bool few = n <= HiddenDeltas::MmaTilesFew::kCols;
+        hidden_deltas_ = DeviceBuffer<int32_t>(product_tiles(
+            t.n_units, few ? HiddenDeltas::MmaTilesFew::kCols : HiddenDeltas::MmaTiles::kCols, hidden, seqs, outputs));
+        allow_mma_product_shared<HiddenDeltas>();
+        allow_mma_product_shared<HiddenDeltas, HiddenDeltas::MmaTilesFew>();
+        if (wgmma_) allow_mma_product_shared<HiddenDeltas, HiddenDeltas::WgmmaTilesFew>();
         if (n > kMmaMaxSeqs) {
             w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::MmaTiles::kCols, hidden, seqs, inputs));
             w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::MmaTiles::kCols, hidden, inputs, seqs));
@@ -369,10 +372,13 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     using namespace kernels;
     launch_output_deltas(a, launch);
     PVM_CUDA_CHECK(launch(unit_errors, static_cast<unsigned>(topo_.n_units), kThreads, 0, a));
-    // wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md); same tile lists.
+    // wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md); same tile lists. The
+    // hidden deltas of up to 32 sequences take 32-column tiles on either (a tile list of their own).
     static_assert(HiddenDeltas::WgmmaTilesFew::kCols == HiddenDeltas::MmaTiles::kCols &&
                       W1Update::WgmmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
-    if (wgmma_ && a.n_seq <= kMmaMaxSeqs)
+    if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols)
+        launch_product<HiddenDeltas, HiddenDeltas::MmaTilesFew>(a, hidden_deltas_, launch);
+    else if (wgmma_ && a.n_seq <= kMmaMaxSeqs)
         launch_product<HiddenDeltas, HiddenDeltas::WgmmaTilesFew>(a, hidden_deltas_, launch);
     else
         launch_product<HiddenDeltas>(a, hidden_deltas_, launch);

@@ -95,7 +95,11 @@ struct W1Forward : Forward {
 struct HiddenDeltas {
     static constexpr bool kAAlongK = false, kBAlongK = true, kUpdate = false, kScaleA = false;
     using MmaTiles = MmaNarrow;
-    using WgmmaTilesFew = WgmmaShape<64, 16, 4, 3>;  // on sm_90a, up to 64 sequences
+    // Up to 32 sequences: 32-column tiles of 8 warps, each 16 x 16 (a 64-column tile is mostly copies of
+    // columns past n_seq; with 265 tiles, one per unit, a block's instruction chain is the time).
+    // Workbench, H100, against the wgmma tiles: 31.3 -> 27.7 us at 16 sequences, 32.9 -> 27.3 at 32.
+    using MmaTilesFew = MmaShape<32, 32, 3, 3, 4, 2>;
+    using WgmmaTilesFew = WgmmaShape<64, 16, 4, 3>;  // on sm_90a, 33 to 64 sequences
     const StepArgs& a;
     int64_t M, N, K;
     Operand A, B;  // A[j, k] = W1[j, k], B[j, q] = delta_out[q, j]
