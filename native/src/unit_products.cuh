@@ -77,6 +77,9 @@ struct W0Forward : Forward {
     using MmaTiles = MmaWide;
     using MmaTilesOneColumn = MmaWideFew;  // up to MmaTiles::kCols sequences
     using WgmmaTiles = WgmmaShape<128, 16, 4, 2, true>;  // on sm_90a, any number of sequences
+    // On sm_90a where WgmmaTiles' list is at most 1.5 waves (CudaEngine::narrow_w0_forward): a wave of one
+    // tile per unit waits on the longest unit (small: 442 to 2,059 inputs), and 64 columns halve its time.
+    using WgmmaTilesNarrow = WgmmaShape<64, 16, 4, 3, true>;
     __device__ W0Forward(const StepArgs& a, int64_t u)
         : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], a.w0_off[u], a.x + a.x_off[u], a.x_total, a.h + a.h_off[u],
                   a.h_total) {}
