@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from cli_inprocess import error_lines, run_cli
 from conftest import cli_command
-from mlflow_server import free_port
+from mlflow_server import free_port, free_ports
 from sweep_helpers import RAY_ENV, events, mlflow_runs, of, sweep_file, trial_runs
 
 pytest.importorskip("ray")
@@ -45,11 +45,10 @@ def _ray_head(env: dict[str, str]) -> Iterator[str]:
     socket paths must fit); stopping that one process stops its node (never ``ray stop``, which stops every
     Ray on the machine)."""
     temp = tempfile.mkdtemp(prefix="ray-jobs-", dir="/tmp")
-    dashboard = free_port()
-    ports = {flag: str(free_port()) for flag in ("--port", "--ray-client-server-port", "--dashboard-agent-listen-port",
-                                                 "--dashboard-agent-grpc-port", "--metrics-export-port",
-                                                 "--runtime-env-agent-port", "--node-manager-port",
-                                                 "--object-manager-port")}
+    flags = ("--port", "--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+             "--metrics-export-port", "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port")
+    dashboard, *numbers = free_ports(len(flags) + 1)  # distinct: Ray refuses one port for two components
+    ports = {flag: str(number) for flag, number in zip(flags, numbers)}
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--include-dashboard=true",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--node-ip-address=127.0.0.1",
            "--num-cpus=2", "--num-gpus=0", f"--temp-dir={temp}", "--disable-usage-stats",
