@@ -215,8 +215,8 @@ int main(int argc, char** argv) {
         ok &= bench<W1Update, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x4, Narrow1x2>(
             "W1 update", 3, L, S, n, 16.0 * w1 + 4.0 * N * L.y_total, 2.0 * N * w1, update_ref(L, S, n, false),
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), kHidden + 1, n}; }, copy_bw);
-        using Few2x4 = MmaShape<32, 16, 4, 3, 4, 2>;
-        ok &= bench<HiddenDeltas, MmaNarrow, HiddenDeltas::MmaTilesFew, WgNarrow, WgNarrowDeep, MmaNarrowQuad, Narrow1x4, Few2x4>(
+        using WindowShallow = WgmmaShape<64, 8, 5, 4, true>;
+        ok &= bench<HiddenDeltas, MmaNarrow, HiddenDeltas::MmaTilesFew, HiddenDeltas::WgmmaTiles, WgNarrowDeep, WindowShallow, MmaNarrowQuad, Narrow1x4>(
             "hidden deltas", 2, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, hidden_deltas_ref(L, S, n),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, outputs(u)}; }, copy_bw);
     }

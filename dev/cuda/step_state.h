@@ -78,7 +78,7 @@ inline pvm::kernels::StepArgs upload(DeviceScope& dev, const Layout& L, const St
     a.x = dev.put(slack(S.x));
     a.h = dev.put(slack(S.h));
     a.y = dev.put(S.y);
-    a.delta_out = dev.put(S.d);
+    a.delta_out = dev.put(slack(S.d));
     a.lr_delta_hidden = dev.put(S.ldh);
     a.unit_lr = dev.put(S.lr);
     a.unit_mu = dev.put(S.mu);

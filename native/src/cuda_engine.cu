@@ -37,8 +37,8 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 // - Hidden deltas: below kProductSeqs the per-unit kernel hidden_deltas<NS> (which also sums the units'
 //   errors); from kProductSeqs a per-unit product on tensor cores, the errors summed by unit_errors.
 constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9;
-// Floats allocated past W, V, x and h for the window copies (wgmma_product's WindowCopies and
-// weight_pass_mma read up to 3 past a row).
+// Floats allocated past W, V, x, h and delta_out for the window copies (wgmma_product's WindowCopies and
+// RowWindowCopies, and weight_pass_mma, read up to 3 past a row).
 constexpr int64_t kWindowSlack = 4;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
@@ -280,7 +280,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             t.n_units, few ? HiddenDeltas::MmaTilesFew::kCols : HiddenDeltas::MmaTiles::kCols, hidden, seqs, outputs));
         allow_mma_product_shared<HiddenDeltas>();
         allow_mma_product_shared<HiddenDeltas, HiddenDeltas::MmaTilesFew>();
-        if (wgmma_) allow_mma_product_shared<HiddenDeltas, HiddenDeltas::WgmmaTilesFew>();
+        if (wgmma_) allow_mma_product_shared<HiddenDeltas, HiddenDeltas::WgmmaTiles>();
         if (n > kMmaMaxSeqs) {
             if (wgmma_) {
                 allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::WgmmaTiles>();
@@ -311,7 +311,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     y_ = DeviceBuffer<float>(3 * n * t.y_total);
     unit_lr_ = DeviceBuffer<float>(t.n_units);
     unit_mu_ = DeviceBuffer<float>(t.n_units);
-    lr_delta_out_ = DeviceBuffer<float>(n * t.y_total);
+    lr_delta_out_ = DeviceBuffer<float>(n * t.y_total, kWindowSlack);
     lr_delta_hidden_ = DeviceBuffer<float>(n * t.h_total);
     error_ = DeviceBuffer<float>(n * t.y_total);
     metric_sums_ = DeviceBuffer<double>(t.metric_bins());
@@ -392,12 +392,12 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     PVM_CUDA_CHECK(launch(unit_errors, static_cast<unsigned>(topo_.n_units), kThreads, 0, a));
     // wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md); same tile lists. The
     // hidden deltas of up to 32 sequences take 32-column tiles on either (a tile list of their own).
-    static_assert(HiddenDeltas::WgmmaTilesFew::kCols == HiddenDeltas::MmaTiles::kCols &&
+    static_assert(HiddenDeltas::WgmmaTiles::kCols == HiddenDeltas::MmaTiles::kCols &&
                       W1Update::WgmmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
     if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols)
         launch_product<HiddenDeltas, HiddenDeltas::MmaTilesFew>(a, hidden_deltas_, launch);
-    else if (wgmma_ && a.n_seq <= kMmaMaxSeqs)
-        launch_product<HiddenDeltas, HiddenDeltas::WgmmaTilesFew>(a, hidden_deltas_, launch);
+    else if (wgmma_)
+        launch_product<HiddenDeltas, HiddenDeltas::WgmmaTiles>(a, hidden_deltas_, launch);
     else
         launch_product<HiddenDeltas>(a, hidden_deltas_, launch);
     PVM_CUDA_CHECK(launch(accumulate_metrics, static_cast<unsigned>(2 * topo_.n_layers), kWarp, 0, a));

@@ -33,8 +33,8 @@ using MmaNarrowQuad = MmaShape<64, 16, 4, 4, 2, 2>;  // 4 warps of 32 x 32
 using MmaNarrowShallow = MmaShape<64, 8, 4, 4>;  // the short W1 forward sums (K = 50)
 
 // A tile shape of wgmma_product (wgmma_product.cuh, sm_90a): one warpgroup per 64 x kCols tile, slabs kSlab
-// deep through kStages raw stages, at least kMinBlocks blocks per SM; with Window, both operands (along k)
-// copied as the 16-byte chunks that cover each row's slab.
+// deep through kStages raw stages, at least kMinBlocks blocks per SM; with Window, both operands copied as
+// the 16-byte chunks that cover each row's slab (along k) or each k-row's columns (along x).
 template <int Cols, int Slab, int Stages, int MinBlocks, bool Window = false>
 struct WgmmaShape {
     static constexpr int kCols = Cols, kSlab = Slab, kStages = Stages, kMinBlocks = MinBlocks, kThreads = 128;
@@ -102,7 +102,10 @@ struct HiddenDeltas {
     // columns past n_seq; with 265 tiles, one per unit, a block's instruction chain is the time).
     // Workbench, H100, against the wgmma tiles: 31.3 -> 27.7 us at 16 sequences, 32.9 -> 27.3 at 32.
     using MmaTilesFew = MmaShape<32, 32, 3, 3, 4, 2>;
-    using WgmmaTilesFew = WgmmaShape<64, 16, 4, 3>;  // on sm_90a, 33 to 64 sequences
+    // On sm_90a from 33 sequences: W1's rows (along x) and delta_out's (along k) as 16-byte windows. Workbench
+    // (H100) against the tiles before (wgmma up to 64, mma.sync above): 40.2 -> 36.3 us at 64 sequences,
+    // 97.6 -> 92.3 at 256, 349 -> 339 at 1,024.
+    using WgmmaTiles = WgmmaShape<64, 16, 4, 3, true>;
     const StepArgs& a;
     int64_t M, N, K;
     Operand A, B;  // A[j, k] = W1[j, k], B[j, q] = delta_out[q, j]

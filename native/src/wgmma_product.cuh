@@ -30,9 +30,15 @@
 namespace pvm {
 namespace kernels {
 
+// A raw stage: both operands' [k][x] slabs, or with window copies each operand's rows: [x][k] rows of kSlab + 4
+// floats along k (WindowCopies), [k][x] rows of X + 4 along x (RowWindowCopies); room for either.
+__host__ __device__ constexpr int wgmma_window_floats(int X, int slab) {
+    return X * (slab + 4) > slab * (X + 4) ? X * (slab + 4) : slab * (X + 4);
+}
 template <class S>
 __host__ __device__ constexpr int wgmma_raw_stage_floats() {
-    return S::kWindow ? (kMmaProductRows + S::kCols) * (S::kSlab + 4) : S::kSlab * (kMmaProductRows + 8 + S::kCols + 8);
+    return S::kWindow ? wgmma_window_floats(kMmaProductRows, S::kSlab) + wgmma_window_floats(S::kCols, S::kSlab)
+                      : S::kSlab * (kMmaProductRows + 8 + S::kCols + 8);
 }
 
 // Slab i of an along-k operand's rows x0.. as the kSlab / 4 + 1 aligned 16-byte chunks that cover each row's
@@ -72,6 +78,59 @@ struct WindowCopies {
         }
     }
 };
+// Slab i of an operand along x (consecutive x adjacent) as the kExtent / 4 + 1 aligned 16-byte chunks that
+// cover each k-row's x0..x0 + kExtent - 1, whatever the row's offset d(k): [k][x] rows of kExtent + 4 floats,
+// row k's entries from float d(k), the same in every slab (kSlab rows move a multiple of 4 floats). Rows
+// past K and chunks wholly past X are zeros; a chunk that crosses X holds whatever follows in memory, which
+// reaches only outputs past X (not stored). Reads up to 3 floats before a row's first and past its last
+// entry: the allocations carry that much slack.
+__device__ __forceinline__ int row_offset4(const Operand& op, int64_t k, int64_t x0) { return float_phase(op.at(k, x0)); }
+template <int kExtent, int kSlab, int kThreadCount>
+struct RowWindowCopies {
+    static constexpr int kPerRow = kExtent / 4 + 1, kStride = 4 * kPerRow;
+    static constexpr int kChunks = kSlab * kPerRow, kCopies = (kChunks + kThreadCount - 1) / kThreadCount;
+    static_assert(kSlab % 4 == 0, "d(k) the same in every slab");
+    const float* base;
+    const float* src[kCopies];  // chunk c's source at slab 0
+    int k_of[kCopies];          // chunk c's k within a slab
+    int dst[kCopies];
+    uint32_t inside = 0;        // bit c: chunk c exists and holds an x inside the matrix
+    int64_t K, slab_step;
+    __device__ RowWindowCopies(const Operand& op, int64_t x0, int64_t K_, int64_t X) : base(op.base), K(K_), slab_step(kSlab * op.sk) {
+#pragma unroll
+        for (int c = 0; c < kCopies; ++c) {
+            const int e = static_cast<int>(threadIdx.x) + c * kThreadCount, k = e / kPerRow, j = e % kPerRow;
+            const int d = e < kChunks ? row_offset4(op, k, x0) : 0;
+            const bool ok = e < kChunks && x0 + 4 * j - d < X;
+            src[c] = ok ? op.at(k, x0) - d + 4 * j : op.base;
+            k_of[c] = k;
+            dst[c] = k * kStride + 4 * j;
+            if (ok) inside |= 1u << c;
+        }
+    }
+    __device__ void copy(float* stage, int64_t i) const {
+#pragma unroll
+        for (int c = 0; c < kCopies; ++c) {
+            if (kChunks % kThreadCount != 0 && static_cast<int>(threadIdx.x) + c * kThreadCount >= kChunks) continue;
+            const bool ok = ((inside >> c) & 1u) && i * kSlab + k_of[c] < K;
+            copy_async16(stage + dst[c], ok ? src[c] + i * slab_step : base, ok);
+        }
+    }
+};
+
+template <class C>
+struct IsRowWindow : std::false_type {};
+template <int E, int S, int T>
+struct IsRowWindow<RowWindowCopies<E, S, T>> : std::true_type {};
+
+// The copies of one operand of wgmma_product: 4-byte SlabCopies, or with window copies (kWindow) 16-byte
+// WindowCopies along k or RowWindowCopies along x.
+template <bool kWindow, bool kAlongK, int X, int KS, int kThreadCount>
+struct WgmmaCopies {
+    using type = std::conditional_t<!kWindow, SlabCopies<kAlongK, X, KS, X + 8, kThreadCount>,
+                                    std::conditional_t<kAlongK, WindowCopies<X, KS, kThreadCount>, RowWindowCopies<X, KS, kThreadCount>>>;
+};
+
 template <class S>  // one buffer of split tiles: hi and lo of A (64 rows) and B (kCols rows)
 __host__ __device__ constexpr int wgmma_split_floats() { return 2 * S::kSlab * (kMmaProductRows + S::kCols); }
 template <class S>
@@ -162,10 +221,10 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     const int wm = 16 * warp;
 
     constexpr bool kWin = Shape::kWindow;
-    static_assert(!kWin || (P::kAAlongK && P::kBAlongK), "window copies take rows along k");
-    using ACopies = std::conditional_t<kWin, WindowCopies<BM, KS, kThreadCount>, SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount>>;
-    using BCopies = std::conditional_t<kWin, WindowCopies<BN, KS, kThreadCount>, SlabCopies<P::kBAlongK, BN, KS, kBStride, kThreadCount>>;
-    constexpr int kBOffset = kWin ? BM * (KS + 4) : KS * kAStride;  // B's raw slab within a stage
+    using ACopies = typename WgmmaCopies<kWin, P::kAAlongK, BM, KS, kThreadCount>::type;
+    using BCopies = typename WgmmaCopies<kWin, P::kBAlongK, BN, KS, kThreadCount>::type;
+    static_assert(kAStride == BM + 8 && kBStride == BN + 8, "SlabCopies' rows as WgmmaCopies gives them");
+    constexpr int kBOffset = !kWin ? KS * kAStride : P::kAAlongK ? BM * (KS + 4) : KS * (BM + 4);  // B's raw slab in a stage
     const ACopies a_copies(p.A, m0, p.K, p.M);
     const BCopies b_copies(p.B, n0, p.K, p.N);
     const int64_t n_slabs = (p.K + KS - 1) / KS;
@@ -188,12 +247,19 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
         const int64_t k_left = p.K - i * KS;
         auto rows = [&](auto copies, const float* raw, int stride, int X, float* hi, float* lo, bool scale, const Operand& op,
                         int64_t x0) {
-            [[maybe_unused]] const int d = kWin ? offset4(op, x0 + static_cast<int>(threadIdx.x) % X) : 0;  // X divides the block
+            constexpr bool kAlongX = IsRowWindow<decltype(copies)>::value;
+            // Along k: the phase of this thread's row x (X divides the block). Along x: row 0's phase, and
+            // how a row's phase moves from one k to the next (sk mod 4).
+            [[maybe_unused]] const int d = !kWin ? 0 : kAlongX ? row_offset4(op, 0, x0) : offset4(op, x0 + static_cast<int>(threadIdx.x) % X);
+            [[maybe_unused]] const int d_step = kAlongX ? static_cast<int>(op.sk & 3) : 0;
 #pragma unroll
             for (int r = 0; r < KS / 4 * X / kThreadCount; ++r) {
                 const int e = static_cast<int>(threadIdx.x) + r * kThreadCount, x = e % X, kg = e / X;
                 float v[4];
-                if constexpr (kWin) {
+                if constexpr (kAlongX) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) v[c] = raw[(4 * kg + c) * (X + 4) + x + ((d + (4 * kg + c) * d_step) & 3)];
+                } else if constexpr (kWin) {
                     const float4 a = *reinterpret_cast<const float4*>(raw + x * (KS + 4) + 4 * kg);
                     const float4 b = *reinterpret_cast<const float4*>(raw + x * (KS + 4) + 4 * kg + 4);
                     const float t8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
