@@ -1,8 +1,8 @@
 // Workbench: the per-unit hidden deltas for 1..8 sequences (hidden_deltas<NS> in
 // native/src/step_kernels.cuh), against a CPU reference, and timed.
 // small.json-like: 265 units, W1 blocks of M x 50 (M of 150..399 outputs), 49 hidden rows.
-// Checks lr * g(h(s-2)) * sum_j W1[j,k] delta_out[q,j] for every sequence and the per-unit squared
-// error sums, then reports the W1 read rate (W1 is read once for all sequences) at each U (rows per
+// Checks lr * g(h(s-2)) * sum_j W1[j,k] delta_out[q,j] for every sequence, and unit_errors' per-unit squared
+// error sums (launched when the engine's metrics are taken), then reports the W1 read rate (W1 is read once for all sequences) at each U (rows per
 // trip), with L2 flushed before each run and without.
 //   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o hidden_deltas hidden_deltas.cu
 //   ./hidden_deltas [n_seq ...]        (default: 1 2 3 4 8)
@@ -18,7 +18,7 @@ constexpr int64_t kUnits = 265, kHidden = 49, kK = kHidden + 1;
 
 template <int NS, int U>
 void launch(const StepArgs& a) {
-    hidden_deltas<NS, U><<<static_cast<unsigned>(2 * kUnits), kThreads>>>(a);  // units, then their error sums
+    hidden_deltas<NS, U><<<static_cast<unsigned>(kUnits), kThreads>>>(a);
 }
 
 // The kernel for n sequences at U rows per trip (0: the engine's choice, hd_unroll).
@@ -89,6 +89,8 @@ bool check_and_time(int64_t n) {
     a.layer_unit_range = dev.put(std::vector<int64_t>{0, 0});  // no layer-0 units: no baseline sums
     a.step = dev.put(std::vector<int64_t>{step});
     launch_bucket(a, n);
+    CHECK_LAUNCH();
+    unit_errors<<<static_cast<unsigned>(kUnits), kThreads>>>(a);
     CHECK_LAUNCH();
     CHECK(cudaDeviceSynchronize());
     const auto got = to_host(a.lr_delta_hidden, out.size());

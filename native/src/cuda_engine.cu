@@ -34,8 +34,9 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   kMmaW1MaxSeqs: with 33-64 sequences its 50-float rows leave the pass at one block per SM (153 us at
 //   64 against 98 us for the two W1 products), while the W0 pass still beats its products (287 against
 //   395 us at 64).
-// - Hidden deltas: below kProductSeqs the per-unit kernel hidden_deltas<NS> (which also sums the units'
-//   errors); from kProductSeqs a per-unit product on tensor cores, the errors summed by unit_errors.
+// - Hidden deltas: below kProductSeqs the per-unit kernel hidden_deltas<NS>; from kProductSeqs a per-unit
+//   product on tensor cores. The squared errors are summed per output by output_deltas, per unit and layer
+//   only when the metrics are taken (take_metric_sums).
 constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9;
 // Floats allocated past W, V, x, h and delta_out for the window copies (wgmma_product's WindowCopies and
 // RowWindowCopies, and weight_pass_mma, read up to 3 past a row).
@@ -334,6 +335,8 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     }
     metric_sums_.fill_async(0, stream_);
     baseline_sums_.fill_async(0, stream_);
+    error_sq_.fill_async(0, stream_);
+    baseline_sq_.fill_async(0, stream_);
     step_.fill_async(0, stream_);
     metric_steps_.fill_async(0, stream_);
 
@@ -389,7 +392,6 @@ template <class Mark>
 void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
     using namespace kernels;
     launch_output_deltas(a, launch);
-    PVM_CUDA_CHECK(launch(unit_errors, static_cast<unsigned>(topo_.n_units), kThreads, 0, a));
     // wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md); same tile lists. The
     // hidden deltas of up to 32 sequences take 32-column tiles on either (a tile list of their own).
     static_assert(HiddenDeltas::WgmmaTiles::kCols == HiddenDeltas::MmaTiles::kCols &&
@@ -400,7 +402,6 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         launch_product<HiddenDeltas, HiddenDeltas::WgmmaTiles>(a, hidden_deltas_, launch);
     else
         launch_product<HiddenDeltas>(a, hidden_deltas_, launch);
-    PVM_CUDA_CHECK(launch(accumulate_metrics, static_cast<unsigned>(2 * topo_.n_layers), kWarp, 0, a));
     mark("deltas");
     if (a.n_seq <= kMmaW1MaxSeqs) {
         enqueue_mma_passes(a, launch, mark);
@@ -449,8 +450,8 @@ void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, const kernels::S
     mark("w1 forward+update");
 }
 
-template <class Pixel, class Mark>
-void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_frames, int64_t first) {
+// Every buffer and extent a step's kernels take.
+kernels::StepArgs CudaEngine::step_args() {
     const Topology& t = topo_;
     const int64_t n = cfg_.n_seq;
     kernels::StepArgs a{};
@@ -499,6 +500,14 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     a.n_layers = t.n_layers;
     a.metric_steps = metric_steps_.data();
     a.step = step_.data();
+    return a;
+}
+
+template <class Pixel, class Mark>
+void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_frames, int64_t first) {
+    const Topology& t = topo_;
+    const int64_t n = cfg_.n_seq;
+    const kernels::StepArgs a = step_args();
 
     using namespace kernels;
     const int T = kThreads;
@@ -520,10 +529,9 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
         enqueue_products(a, launch, mark);
     } else {
         launch_output_deltas(a, launch);
-        by_bucket(n, [&](auto bucket) {  // + the units' error sums
-            PVM_CUDA_CHECK(launch(hidden_deltas<decltype(bucket)::value>, static_cast<unsigned>(2 * t.n_units), T, 0, a));
+        by_bucket(n, [&](auto bucket) {
+            PVM_CUDA_CHECK(launch(hidden_deltas<decltype(bucket)::value>, static_cast<unsigned>(t.n_units), T, 0, a));
         });
-        PVM_CUDA_CHECK(launch(accumulate_metrics, static_cast<unsigned>(2 * t.n_layers), kWarp, 0, a));
         mark("deltas");
         const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
         if (n >= kMmaMinSeqs) {
@@ -707,8 +715,16 @@ void CudaEngine::set_step_index(int64_t step) {
     host_step_ = step;
 }
 
+// The squared errors summed per output since the last call (output_deltas adds each measured step's), then
+// per unit and per (layer, half) here: two launches when the metrics are asked for, not every step (at
+// 16 sequences they were 11-13 us of a 250 us step).
 MetricSums CudaEngine::take_metric_sums() {
     PVM_CUDA_CHECK(cudaSetDevice(device_));
+    const kernels::StepArgs a = step_args();
+    kernels::unit_errors<<<static_cast<unsigned>(topo_.n_units), kernels::kThreads, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
+    kernels::accumulate_metrics<<<static_cast<unsigned>(2 * topo_.n_layers), kernels::kWarp, 0, stream_>>>(a);
+    PVM_CUDA_CHECK_LAUNCH();
     MetricSums out;
     out.errors.resize(metric_sums_.size());
     PVM_CUDA_CHECK(cudaMemcpyAsync(out.errors.data(), metric_sums_.data(), metric_sums_.bytes(), cudaMemcpyDeviceToHost,
@@ -719,6 +735,8 @@ MetricSums CudaEngine::take_metric_sums() {
     metric_sums_.fill_async(0, stream_);
     baseline_sums_.fill_async(0, stream_);
     metric_steps_.fill_async(0, stream_);
+    error_sq_.fill_async(0, stream_);
+    baseline_sq_.fill_async(0, stream_);
     PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return out;
 }

@@ -33,7 +33,8 @@ struct StepArgs {
     float *delta_out, *lr_delta_hidden;
     float* mma_partial;                // weight_pass_mma, a split run: per part p, sequence q, row r the part's forward sum
     int32_t* mma_count;                // weight_pass_mma: per run (group), its blocks done this step (0 between steps)
-    double* error_sq;                  // per sequence group g, output j: sum over g's sequences (in order) of error^2
+    double* error_sq;                  // per sequence group g, output j: sum over the measured steps since the metrics
+                                       // were taken of the sum over g's sequences (in order) of error^2
     double* metric_sums;
     double* unit_error;                // per unit: sum of squared errors of the two-step and one-step halves
     double* baseline_sq;               // per group, layer-0 output j: the same for copying frame s-2
@@ -173,9 +174,10 @@ __device__ double baseline_error(const StepArgs& a, int cur, int old, int64_t ta
 // e itself is not stored (output_errors rebuilds it when asked: 70 MB a step less at n_seq 256, small).
 // For a layer-0 output also the copy-last-frame baseline's squared error, into baseline_sq.
 // Grid: x over outputs, y over groups of delta_group sequences, each group's squared errors summed
-// (in sequence order) into a row of error_sq / baseline_sq of its own; sum_unit_errors adds the rows
-// in group order. (One thread per output walking all 256 sequences: 147 us on an H200, small, at 22%
-// occupancy and 2.2 TB/s: too few threads to cover the loads' latency.)
+// (in sequence order) and added to a row of error_sq / baseline_sq of its own (from step 2, until the
+// metrics are taken); sum_unit_errors adds the rows in group order. (One thread per output walking all
+// 256 sequences: 147 us on an H200, small, at 22% occupancy and 2.2 TB/s: too few threads to cover the
+// loads' latency.)
 __global__ void output_deltas(StepArgs a) {
     let_next_kernel_launch();
     await_prior_kernels();
@@ -205,9 +207,10 @@ __global__ void output_deltas(StepArgs a) {
                 a.delta_out[q * a.y_total + j] = delta(yo[k], e, a.polynomial, static_cast<Derivative>(a.derivative));
             }
         }
-        a.error_sq[g * a.y_total + j] = e2;
+        if (s < 2) continue;  // steps 0 and 1 compare against the initial all-ones rings: not measured
+        a.error_sq[g * a.y_total + j] += e2;
         const int64_t base = a.baseline_src[j];
-        if (base >= 0) a.baseline_sq[g * a.y_total + j] = baseline_error(a, cur, old, target, base, q_begin, q_end);
+        if (base >= 0) a.baseline_sq[g * a.y_total + j] += baseline_error(a, cur, old, target, base, q_begin, q_end);
     }
 }
 
@@ -252,9 +255,6 @@ __device__ void sum_unit_errors(const StepArgs& a, int64_t u) {
 // added by one warp per bin (lane-strided, then a butterfly: a fixed order, no atomics). The bins of
 // layer 0 (0: two-step, 1: one-step) add the baseline's unit sums (unit_baseline) the same way.
 __global__ void accumulate_metrics(StepArgs a) {
-    let_next_kernel_launch();
-    await_prior_kernels();
-    if (*a.step < 2) return;  // steps 0 and 1 compare against the initial all-ones rings
     const int bin = blockIdx.x, lane = threadIdx.x;
     const bool layer0 = bin < 2;
     double total = 0.0, baseline = 0.0;
@@ -269,7 +269,6 @@ __global__ void accumulate_metrics(StepArgs a) {
     if (lane == 0) {
         a.metric_sums[bin] += total;
         if (layer0) a.baseline_sums[bin] += baseline;
-        if (bin == 0) *a.metric_steps += 1;
     }
 }
 
@@ -277,9 +276,7 @@ __global__ void accumulate_metrics(StepArgs a) {
 // by the unit's rate as the update uses it. One block per unit, and W1 read once for up to NS
 // sequences (n_seq <= NS, a compile-time bucket): thread (g, k) sums the rows j = g mod kRowGroups of
 // column k for every sequence (coalesced row reads; delta_out reads are broadcasts), in P interleaved
-// partial sums per sequence; then the groups' sums combine in order g = 0, 1, ... Launched with
-// 2 n_units blocks: the second half sums the units' squared errors (for the metrics), which ahead of
-// the W1 loop in the unit's own block cost ~1.3 us at 1 and 2 sequences.
+// partial sums per sequence; then the groups' sums combine in order g = 0, 1, ... One block per unit.
 constexpr int kRowGroups = 4, kColumns = kThreads / kRowGroups;
 
 // Rows per trip of hidden_deltas<NS>: workbench (dev/cuda/hidden_deltas.cu), H200, W1 from HBM, U = 4 / 8 / 16:
@@ -303,10 +300,6 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     constexpr int P = NS <= 2 ? 4 : 1;
     let_next_kernel_launch();
     await_prior_kernels();
-    if (blockIdx.x >= a.n_units) {  // the second n_units blocks: the units' squared-error sums, off the W1 loop's path
-        sum_unit_errors(a, blockIdx.x - a.n_units);
-        return;
-    }
     const int64_t s = *a.step, u = blockIdx.x;
     const int old = ring_slot(s - 2);
     const int g = threadIdx.x / kColumns, col = threadIdx.x % kColumns;
@@ -375,6 +368,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
 __global__ void advance_step(StepArgs a) {
     let_next_kernel_launch();
     await_prior_kernels();
+    if (*a.step >= 2) *a.metric_steps += 1;  // a measured step (output_deltas added its errors)
     *a.step += 1;
 }
 
@@ -631,12 +625,9 @@ __global__ void spin(int64_t cycles) {  // keeps the GPU busy while the host enq
     }
 }
 
-// Many sequences: this unit's squared errors (both halves, summed over sequences by output_deltas).
-__global__ void __launch_bounds__(kThreads) unit_errors(StepArgs a) {
-    let_next_kernel_launch();
-    await_prior_kernels();
-    sum_unit_errors(a, blockIdx.x);
-}
+// This unit's squared errors (both halves; summed over sequences and steps by output_deltas), when the
+// metrics are taken.
+__global__ void __launch_bounds__(kThreads) unit_errors(StepArgs a) { sum_unit_errors(a, blockIdx.x); }
 
 // The last step's output errors, e = x(s)[target] - y(s-2) as output_deltas takes them, for s = *step - 1
 // (0 before the first step). After step s the rings still hold x(s) and y(s-2) (three slots), so the

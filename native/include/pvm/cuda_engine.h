@@ -57,6 +57,7 @@ private:
     void enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_frames = 0, int64_t first = 0);
     template <class Mark>
     void enqueue_products(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
+    kernels::StepArgs step_args();
     template <class Mark>
     void enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
     template <class Pixel>
