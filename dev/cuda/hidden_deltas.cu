@@ -1,11 +1,12 @@
-// Workbench: the per-unit hidden deltas for 1..8 sequences (hidden_deltas<NS> in
-// native/src/step_kernels.cuh), against a CPU reference, and timed.
+// Workbench: the per-unit hidden deltas for 1..4 sequences (hidden_deltas<NS> in
+// native/src/step_kernels.cuh; from 5 the engine takes the product of mma_products.cu), against a CPU
+// reference, and timed.
 // small.json-like: 265 units, W1 blocks of M x 50 (M of 150..399 outputs), 49 hidden rows.
 // Checks lr * g(h(s-2)) * sum_j W1[j,k] delta_out[q,j] for every sequence, and unit_errors' per-unit squared
 // error sums (launched when the engine's metrics are taken), then reports the W1 read rate (W1 is read once for all sequences) at each U (rows per
 // trip), with L2 flushed before each run and without.
 //   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o hidden_deltas hidden_deltas.cu
-//   ./hidden_deltas [n_seq ...]        (default: 1 2 3 4 8)
+//   ./hidden_deltas [n_seq ...]        (default: 1 2 3 4)
 #include "common.h"
 #include "../../native/src/step_kernels.cuh"
 
@@ -26,8 +27,7 @@ template <int U = 0>
 void launch_bucket(const StepArgs& a, int64_t n) {
     if (n <= 1) launch<1, U ? U : hd_unroll<1>()>(a);
     else if (n <= 2) launch<2, U ? U : hd_unroll<2>()>(a);
-    else if (n <= 4) launch<4, U ? U : hd_unroll<4>()>(a);
-    else launch<8, U ? U : hd_unroll<8>()>(a);
+    else launch<4, U ? U : hd_unroll<4>()>(a);
 }
 
 bool check_and_time(int64_t n) {
@@ -120,7 +120,7 @@ bool check_and_time(int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const std::vector<int64_t> seqs = parse_seqs(argc, argv, {1, 2, 3, 4, 8}, 1, 8);
+    const std::vector<int64_t> seqs = parse_seqs(argc, argv, {1, 2, 3, 4}, 1, 4);
     bool ok = true;
     for (int64_t n : seqs) ok &= check_and_time(n);
     std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");

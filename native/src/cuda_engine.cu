@@ -34,23 +34,24 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   kMmaW1MaxSeqs: with 33-64 sequences its 50-float rows leave the pass at one block per SM (153 us at
 //   64 against 98 us for the two W1 products), while the W0 pass still beats its products (287 against
 //   395 us at 64).
-// - Hidden deltas: below kProductSeqs the per-unit kernel hidden_deltas<NS>; from kProductSeqs a per-unit
-//   product on tensor cores. The squared errors are summed per output by output_deltas, per unit and layer
-//   only when the metrics are taken (take_metric_sums).
-constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9;
+// - Hidden deltas: up to 4 sequences the per-unit kernel hidden_deltas<NS>; from kHiddenProductSeqs a per-unit
+//   product on tensor cores (H100, small, frames/s against hidden_deltas<8>: 5 +0.4%, 6 +1.1%, 8 +3.4%; med 8
+//   +7.4%, LARGE 8 +6.6%; at 3 and 4 the product lost 7-8%). The squared errors are summed per output by
+//   output_deltas, per unit and layer only when the metrics are taken (take_metric_sums).
+constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9, kHiddenProductSeqs = 5;
 // Floats allocated past W, V, x, h and delta_out for the window copies (wgmma_product's WindowCopies and
 // RowWindowCopies, and weight_pass_mma, read up to 3 past a row).
 constexpr int64_t kWindowSlack = 4;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
-// Calls f(std::integral_constant<int, NS>) for the compile-time sequence bucket NS >= n (n < kProductSeqs).
+// Calls f(std::integral_constant<int, NS>) for hidden_deltas' compile-time sequence bucket NS >= n
+// (n < kHiddenProductSeqs).
 template <class F>
 void by_bucket(int64_t n, F&& f) {
-    static_assert(kProductSeqs == 9, "the buckets end at 8");
+    static_assert(kHiddenProductSeqs == 5, "the buckets end at 4");
     if (n <= 1) return f(std::integral_constant<int, 1>{});
     if (n <= 2) return f(std::integral_constant<int, 2>{});
-    if (n <= 4) return f(std::integral_constant<int, 4>{});
-    return f(std::integral_constant<int, 8>{});
+    return f(std::integral_constant<int, 4>{});
 }
 
 // Every input entry's source and kind in one int32 (assemble_inputs reads 4 bytes an entry, not 9).
@@ -269,12 +270,11 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             t.n_units, kernels::kThreads / w1_lanes, [&](int64_t u) { return t.outputs(u); },
             [&](int64_t u) { return t.hidden_len(u); }));
     }
-    if (n >= kProductSeqs) {
-        std::function<int64_t(int64_t)> hidden = [&](int64_t) { return t.hidden; },
-                                         seqs = [&](int64_t) { return n; },
-                                         inputs = [&](int64_t u) { return t.inputs(u); },
-                                         outputs = [&](int64_t u) { return t.outputs(u); },
-                                         hidden_len = [&](int64_t u) { return t.hidden_len(u); };
+    std::function<int64_t(int64_t)> hidden = [&](int64_t) { return t.hidden; }, seqs = [&](int64_t) { return n; },
+                                     inputs = [&](int64_t u) { return t.inputs(u); },
+                                     outputs = [&](int64_t u) { return t.outputs(u); },
+                                     hidden_len = [&](int64_t u) { return t.hidden_len(u); };
+    if (n >= kHiddenProductSeqs) {
         using HiddenDeltas = kernels::HiddenDeltas;
         const bool few = n <= HiddenDeltas::MmaTilesFew::kCols;
         hidden_deltas_ = DeviceBuffer<int32_t>(product_tiles(
@@ -282,6 +282,8 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         allow_mma_product_shared<HiddenDeltas>();
         allow_mma_product_shared<HiddenDeltas, HiddenDeltas::MmaTilesFew>();
         if (wgmma_) allow_mma_product_shared<HiddenDeltas, HiddenDeltas::WgmmaTiles>();
+    }
+    if (n >= kProductSeqs) {
         if (n > kMmaMaxSeqs) {
             if (wgmma_) {
                 allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::WgmmaTiles>();
@@ -529,9 +531,13 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
         enqueue_products(a, launch, mark);
     } else {
         launch_output_deltas(a, launch);
-        by_bucket(n, [&](auto bucket) {
-            PVM_CUDA_CHECK(launch(hidden_deltas<decltype(bucket)::value>, static_cast<unsigned>(t.n_units), T, 0, a));
-        });
+        if (n >= kHiddenProductSeqs) {
+            launch_product<HiddenDeltas, HiddenDeltas::MmaTilesFew>(a, hidden_deltas_, launch);
+        } else {
+            by_bucket(n, [&](auto bucket) {
+                PVM_CUDA_CHECK(launch(hidden_deltas<decltype(bucket)::value>, static_cast<unsigned>(t.n_units), T, 0, a));
+            });
+        }
         mark("deltas");
         const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
         if (n >= kMmaMinSeqs) {

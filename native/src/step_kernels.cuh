@@ -279,10 +279,11 @@ __global__ void accumulate_metrics(StepArgs a) {
 // partial sums per sequence; then the groups' sums combine in order g = 0, 1, ... One block per unit.
 constexpr int kRowGroups = 4, kColumns = kThreads / kRowGroups;
 
-// Rows per trip of hidden_deltas<NS>: workbench (dev/cuda/hidden_deltas.cu), H200, W1 from HBM, U = 4 / 8 / 16:
-// 1 sequence 20.0 / 19.6 / 14.1 us, 2: 28.7 / 30.1 / 20.1, 4: 39.6 / 51.0 / 29.9, 8: 79.7 / 51.4 / 89.1. The
-// best U moves with the code around the loop (before the error sums left the kernel's path: 4 at 8 sequences,
-// 8 at 4): re-measure after a change.
+// Rows per trip of hidden_deltas<NS> (the engine's buckets: 1, 2, 4 sequences; from 5 the hidden deltas are a
+// product): workbench (dev/cuda/hidden_deltas.cu), H200, W1 from HBM, U = 4 / 8 / 16: 1 sequence 20.0 / 19.6 /
+// 14.1 us, 2: 28.7 / 30.1 / 20.1, 4: 39.6 / 51.0 / 29.9, 8: 79.7 / 51.4 / 89.1. The best U moves with the code
+// around the loop (before the error sums left the kernel's path: 4 at 8 sequences, 8 at 4): re-measure after a
+// change.
 template <int NS>
 __host__ __device__ constexpr int hd_unroll() { return NS <= 4 ? 16 : 8; }
 
