@@ -41,6 +41,28 @@ __host__ __device__ constexpr int wgmma_raw_stage_floats() {
                       : S::kSlab * (kMmaProductRows + 8 + S::kCols + 8);
 }
 
+// The 16-byte copies both window layouts issue: this thread's chunk c from src[c] (at slab 0) into stage +
+// dst[c], step floats further on per slab, zeros where its k (k0[c] at slab 0) is past K or the chunk lies
+// outside the matrix (bit c of inside clear).
+template <int kChunks, int kSlab, int kThreadCount>
+struct ChunkCopies {
+    static constexpr int kCopies = (kChunks + kThreadCount - 1) / kThreadCount;
+    const float* base;
+    const float* src[kCopies];
+    int k0[kCopies];
+    int dst[kCopies];
+    uint32_t inside = 0;
+    int64_t K;
+    __device__ ChunkCopies(const float* base_, int64_t K_) : base(base_), K(K_) {}
+    __device__ void copy_chunks(float* stage, int64_t i, int64_t step) const {
+#pragma unroll
+        for (int c = 0; c < kCopies; ++c) {
+            if (kChunks % kThreadCount != 0 && static_cast<int>(threadIdx.x) + c * kThreadCount >= kChunks) continue;
+            const bool ok = ((inside >> c) & 1u) && i * kSlab + k0[c] < K;
+            copy_async16(stage + dst[c], ok ? src[c] + i * step : base, ok);
+        }
+    }
+};
 // Slab i of an along-k operand's rows x0.. as the kSlab / 4 + 1 aligned 16-byte chunks that cover each row's
 // slab, whatever the row's offset d (its first entry's index mod 4): [x][k] rows of kSlab + 4 floats, row x's
 // slab from float d. Rows past X and chunks wholly past K are zeros; what a chunk holds past K (the next
@@ -49,34 +71,22 @@ __host__ __device__ constexpr int wgmma_raw_stage_floats() {
 // (benchmarks/NOTES.md); this moves 16 bytes per copy without padding W0's rows or x's segments.
 __device__ __forceinline__ int offset4(const Operand& op, int64_t x) { return float_phase(op.at(0, x)); }
 template <int kExtent, int kSlab, int kThreadCount>
-struct WindowCopies {
-    static constexpr int kPerRow = kSlab / 4 + 1, kStride = 4 * kPerRow;
-    static constexpr int kChunks = kExtent * kPerRow, kCopies = (kChunks + kThreadCount - 1) / kThreadCount;
-    const float* base;
-    const float* src[kCopies];  // chunk c's source at slab 0
-    int k_first[kCopies];       // chunk c's first k at slab 0 (-3..kSlab)
-    int dst[kCopies];
-    uint32_t inside = 0;        // bit c: chunk c exists and its row is inside the matrix
-    int64_t K;
-    __device__ WindowCopies(const Operand& op, int64_t x0, int64_t K_, int64_t X) : base(op.base), K(K_) {
+struct WindowCopies : ChunkCopies<kExtent * (kSlab / 4 + 1), kSlab, kThreadCount> {
+    static constexpr int kPerRow = kSlab / 4 + 1, kStride = 4 * kPerRow, kChunks = kExtent * kPerRow;
+    using Chunks = ChunkCopies<kChunks, kSlab, kThreadCount>;
+    using Chunks::kCopies, Chunks::src, Chunks::k0, Chunks::dst, Chunks::inside;
+    __device__ WindowCopies(const Operand& op, int64_t x0, int64_t K_, int64_t X) : Chunks(op.base, K_) {
 #pragma unroll
         for (int c = 0; c < kCopies; ++c) {
             const int e = static_cast<int>(threadIdx.x) + c * kThreadCount, row = e / kPerRow, j = e % kPerRow;
             const bool ok = e < kChunks && x0 + row < X;
-            k_first[c] = 4 * j - (ok ? offset4(op, x0 + row) : 0);
-            src[c] = ok ? op.at(0, x0 + row) + k_first[c] : op.base;
+            k0[c] = 4 * j - (ok ? offset4(op, x0 + row) : 0);  // the chunk's first k: -3..kSlab
+            src[c] = ok ? op.at(0, x0 + row) + k0[c] : op.base;
             dst[c] = row * kStride + 4 * j;
             if (ok) inside |= 1u << c;
         }
     }
-    __device__ void copy(float* stage, int64_t i) const {
-#pragma unroll
-        for (int c = 0; c < kCopies; ++c) {
-            if (kChunks % kThreadCount != 0 && static_cast<int>(threadIdx.x) + c * kThreadCount >= kChunks) continue;
-            const bool ok = ((inside >> c) & 1u) && i * kSlab + k_first[c] < K;
-            copy_async16(stage + dst[c], ok ? src[c] + i * kSlab : base, ok);
-        }
-    }
+    __device__ void copy(float* stage, int64_t i) const { this->copy_chunks(stage, i, kSlab); }
 };
 // Slab i of an operand along x (consecutive x adjacent) as the kExtent / 4 + 1 aligned 16-byte chunks that
 // cover each k-row's x0..x0 + kExtent - 1, whatever the row's offset d(k): [k][x] rows of kExtent + 4 floats,
@@ -86,36 +96,25 @@ struct WindowCopies {
 // entry: the allocations carry that much slack.
 __device__ __forceinline__ int row_offset4(const Operand& op, int64_t k, int64_t x0) { return float_phase(op.at(k, x0)); }
 template <int kExtent, int kSlab, int kThreadCount>
-struct RowWindowCopies {
-    static constexpr int kPerRow = kExtent / 4 + 1, kStride = 4 * kPerRow;
-    static constexpr int kChunks = kSlab * kPerRow, kCopies = (kChunks + kThreadCount - 1) / kThreadCount;
+struct RowWindowCopies : ChunkCopies<kSlab * (kExtent / 4 + 1), kSlab, kThreadCount> {
+    static constexpr int kPerRow = kExtent / 4 + 1, kStride = 4 * kPerRow, kChunks = kSlab * kPerRow;
     static_assert(kSlab % 4 == 0, "d(k) the same in every slab");
-    const float* base;
-    const float* src[kCopies];  // chunk c's source at slab 0
-    int k_of[kCopies];          // chunk c's k within a slab
-    int dst[kCopies];
-    uint32_t inside = 0;        // bit c: chunk c exists and holds an x inside the matrix
-    int64_t K, slab_step;
-    __device__ RowWindowCopies(const Operand& op, int64_t x0, int64_t K_, int64_t X) : base(op.base), K(K_), slab_step(kSlab * op.sk) {
+    using Chunks = ChunkCopies<kChunks, kSlab, kThreadCount>;
+    using Chunks::kCopies, Chunks::src, Chunks::k0, Chunks::dst, Chunks::inside;
+    int64_t slab_step;
+    __device__ RowWindowCopies(const Operand& op, int64_t x0, int64_t K_, int64_t X) : Chunks(op.base, K_), slab_step(kSlab * op.sk) {
 #pragma unroll
         for (int c = 0; c < kCopies; ++c) {
             const int e = static_cast<int>(threadIdx.x) + c * kThreadCount, k = e / kPerRow, j = e % kPerRow;
             const int d = e < kChunks ? row_offset4(op, k, x0) : 0;
             const bool ok = e < kChunks && x0 + 4 * j - d < X;
             src[c] = ok ? op.at(k, x0) - d + 4 * j : op.base;
-            k_of[c] = k;
+            k0[c] = k;  // the chunk's row
             dst[c] = k * kStride + 4 * j;
             if (ok) inside |= 1u << c;
         }
     }
-    __device__ void copy(float* stage, int64_t i) const {
-#pragma unroll
-        for (int c = 0; c < kCopies; ++c) {
-            if (kChunks % kThreadCount != 0 && static_cast<int>(threadIdx.x) + c * kThreadCount >= kChunks) continue;
-            const bool ok = ((inside >> c) & 1u) && i * kSlab + k_of[c] < K;
-            copy_async16(stage + dst[c], ok ? src[c] + i * slab_step : base, ok);
-        }
-    }
+    __device__ void copy(float* stage, int64_t i) const { this->copy_chunks(stage, i, slab_step); }
 };
 
 template <class C>
