@@ -285,7 +285,10 @@ constexpr int kRowGroups = 4, kColumns = kThreads / kRowGroups;
 // around the loop (before the error sums left the kernel's path: 4 at 8 sequences, 8 at 4): re-measure after a
 // change.
 template <int NS>
-__host__ __device__ constexpr int hd_unroll() { return NS <= 4 ? 16 : 8; }
+__host__ __device__ constexpr int hd_unroll() {
+    static_assert(NS <= 4, "the buckets end at 4");
+    return 16;
+}
 
 template <int NS, int U = hd_unroll<NS>()>
 __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {

@@ -69,7 +69,6 @@ struct ChunkCopies {
 // row's entries) the split zeroes. Reads up to 3 floats before a row and past its end: the operands'
 // allocations carry that much slack. Why: a 4-byte cp.async per entry was most of the products' instructions
 // (benchmarks/NOTES.md); this moves 16 bytes per copy without padding W0's rows or x's segments.
-__device__ __forceinline__ int offset4(const Operand& op, int64_t x) { return float_phase(op.at(0, x)); }
 template <int kExtent, int kSlab, int kThreadCount>
 struct WindowCopies : ChunkCopies<kExtent * (kSlab / 4 + 1), kSlab, kThreadCount> {
     static constexpr int kPerRow = kSlab / 4 + 1, kStride = 4 * kPerRow, kChunks = kExtent * kPerRow;
@@ -80,7 +79,7 @@ struct WindowCopies : ChunkCopies<kExtent * (kSlab / 4 + 1), kSlab, kThreadCount
         for (int c = 0; c < kCopies; ++c) {
             const int e = static_cast<int>(threadIdx.x) + c * kThreadCount, row = e / kPerRow, j = e % kPerRow;
             const bool ok = e < kChunks && x0 + row < X;
-            k0[c] = 4 * j - (ok ? offset4(op, x0 + row) : 0);  // the chunk's first k: -3..kSlab
+            k0[c] = 4 * j - (ok ? float_phase(op.at(0, x0 + row)) : 0);  // the chunk's first k: -3..kSlab
             src[c] = ok ? op.at(0, x0 + row) + k0[c] : op.base;
             dst[c] = row * kStride + 4 * j;
             if (ok) inside |= 1u << c;
@@ -94,7 +93,6 @@ struct WindowCopies : ChunkCopies<kExtent * (kSlab / 4 + 1), kSlab, kThreadCount
 // past K and chunks wholly past X are zeros; a chunk that crosses X holds whatever follows in memory, which
 // reaches only outputs past X (not stored). Reads up to 3 floats before a row's first and past its last
 // entry: the allocations carry that much slack.
-__device__ __forceinline__ int row_offset4(const Operand& op, int64_t k, int64_t x0) { return float_phase(op.at(k, x0)); }
 template <int kExtent, int kSlab, int kThreadCount>
 struct RowWindowCopies : ChunkCopies<kSlab * (kExtent / 4 + 1), kSlab, kThreadCount> {
     static constexpr int kPerRow = kExtent / 4 + 1, kStride = 4 * kPerRow, kChunks = kSlab * kPerRow;
@@ -106,7 +104,7 @@ struct RowWindowCopies : ChunkCopies<kSlab * (kExtent / 4 + 1), kSlab, kThreadCo
 #pragma unroll
         for (int c = 0; c < kCopies; ++c) {
             const int e = static_cast<int>(threadIdx.x) + c * kThreadCount, k = e / kPerRow, j = e % kPerRow;
-            const int d = e < kChunks ? row_offset4(op, k, x0) : 0;
+            const int d = e < kChunks ? float_phase(op.at(k, x0)) : 0;
             const bool ok = e < kChunks && x0 + 4 * j - d < X;
             src[c] = ok ? op.at(k, x0) - d + 4 * j : op.base;
             k0[c] = k;  // the chunk's row
@@ -249,7 +247,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
             constexpr bool kAlongX = IsRowWindow<decltype(copies)>::value;
             // Along k: the phase of this thread's row x (X divides the block). Along x: row 0's phase, and
             // how a row's phase moves from one k to the next (sk mod 4).
-            [[maybe_unused]] const int d = !kWin ? 0 : kAlongX ? row_offset4(op, 0, x0) : offset4(op, x0 + static_cast<int>(threadIdx.x) % X);
+            [[maybe_unused]] const int d = !kWin ? 0 : float_phase(op.at(0, x0 + (kAlongX ? 0 : static_cast<int>(threadIdx.x) % X)));
             [[maybe_unused]] const int d_step = kAlongX ? static_cast<int>(op.sk & 3) : 0;
 #pragma unroll
             for (int r = 0; r < KS / 4 * X / kThreadCount; ++r) {
