@@ -64,13 +64,23 @@ int64_t slots() {
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     return int64_t{per_sm} * sms;
 }
-int64_t mma_slots(int64_t n) { return n <= 8 ? slots<8>() : n <= 16 ? slots<16>() : n <= 32 ? slots<32>() : slots<64>(); }
+// Calls f(std::integral_constant<int, NS>) for the pass's sequence bucket NS >= n (the workbench's: 8, 16, 32, 64).
+template <class F>
+auto by_bucket(int64_t n, F&& f) {
+    if (n <= 8) return f(std::integral_constant<int, 8>{});
+    if (n <= 16) return f(std::integral_constant<int, 16>{});
+    if (n <= 32) return f(std::integral_constant<int, 32>{});
+    return f(std::integral_constant<int, 64>{});
+}
+int64_t mma_slots(int64_t n) {
+    return by_bucket(n, [](auto bucket) { return slots<decltype(bucket)::value>(); });
+}
+bool mma_window_of(int64_t n) {
+    return by_bucket(n, [](auto bucket) { return mma_window(true, decltype(bucket)::value); });
+}
 
 void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, int64_t n) {
-    if (n <= 8) launch_mma<8>(a, blocks, n_blocks);
-    else if (n <= 16) launch_mma<16>(a, blocks, n_blocks);
-    else if (n <= 32) launch_mma<32>(a, blocks, n_blocks);
-    else launch_mma<64>(a, blocks, n_blocks);
+    by_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value>(a, blocks, n_blocks); });
 }
 
 // One kernel version: its name, rows per block (0: weight_pass_mma's blocks, mma_blocks with `split`:
@@ -128,7 +138,7 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
     } else {
         const MmaBlocks mb = mma_blocks(kUnits, ver.split ? mma_slots(n) : 0, [](int64_t) { return kHidden; },
                                         [&](int64_t u) { return L.x_off[u + 1] - L.x_off[u]; },
-                                        mma_window(true, n <= 8 ? 8 : n <= 16 ? 16 : 32));  // launch_mma_bucket's bucket
+                                        mma_window_of(n));
         host_blocks = mb.list;
         n_blocks = static_cast<int64_t>(host_blocks.size() / kMmaBlockInts);
         a.mma_partial = dev.put(std::vector<float>(mb.most_parts * n * kUnits * kHidden, 0.0f));
