@@ -46,13 +46,15 @@ Expected forward_ref(const Layout& L, const State& S, int64_t n, bool w0) {
     Expected out;
     for (int64_t u = 0; u < kUnits; u += kSampleEvery) {
         const int64_t rows = w0 ? kHidden : L.y_off[u + 1] - L.y_off[u], len = w0 ? L.x_off[u + 1] - L.x_off[u] : kHidden + 1;
-        const float* in = w0 ? &S.x[kCur * n * L.x_total + L.x_off[u]] : &S.h[kCur * n * L.h_total + L.h_off[u]];
-        const int64_t in_stride = w0 ? L.x_total : L.h_total;
+        // x(s) through its places in the rows of sources; h(s) as it is
+        const float* in = w0 ? &S.xs[kCur * n * L.x_stride] : &S.h[kCur * n * L.h_total + L.h_off[u]];
+        const int64_t in_stride = w0 ? L.x_stride : L.h_total;
+        auto at = [&](int64_t k) { return w0 ? L.x_index[L.x_off[u] + k] : k; };
         const float* W = &S.w[w0 ? L.w0_off[u] : L.w1_off[u]];
         for (int64_t q = 0; q < n; ++q)
             for (int64_t r = 0; r < rows; ++r) {
                 double sum = 0.0;
-                for (int64_t k = 0; k < len; ++k) sum += static_cast<double>(W[r * len + k]) * in[q * in_stride + k];
+                for (int64_t k = 0; k < len; ++k) sum += static_cast<double>(W[r * len + k]) * in[q * in_stride + at(k)];
                 const int64_t at = w0 ? (kCur * n + q) * L.h_total + L.h_off[u] + r : (kCur * n + q) * L.y_total + L.y_off[u] + r;
                 out.emplace_back(at, activation(static_cast<float>(sum), true));
             }
@@ -92,7 +94,8 @@ Expected update_ref(const Layout& L, const State& S, int64_t n, bool w0) {
                 for (int64_t q = 0; q < n; ++q) {
                     const double a = w0 ? S.ldh[q * L.h_total + L.h_off[u] + r]
                                         : static_cast<double>(S.lr[u] * S.d[q * L.y_total + L.y_off[u] + r]);
-                    const double b = w0 ? S.x[(kOld * n + q) * L.x_total + L.x_off[u] + c] : S.h[(kOld * n + q) * L.h_total + L.h_off[u] + c];
+                    const double b = w0 ? S.xs[(kOld * n + q) * L.x_stride + L.x_index[L.x_off[u] + c]]
+                                        : S.h[(kOld * n + q) * L.h_total + L.h_off[u] + c];
                     g += a * b;
                 }
                 const int64_t i = base + r * len + c;
@@ -145,7 +148,7 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
             return;
         }
         DeviceScope dev;
-        const StepArgs a = upload(dev, L, S, n, kStep);
+        const StepArgs a = upload(dev, L, S, n, kStep, true);
         const auto t = tiles(Shape::kCols, mnk);
         const int32_t* d = dev.put(t);
         CHECK(cudaFuncSetAttribute(product_kernel<P, Shape>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -204,10 +207,10 @@ int main(int argc, char** argv) {
         using WgNarrowDeep = WgmmaShape<64, 16, 4, 3>;
         using WgNarrowShort = WgmmaShape<64, 8, 3, 4>;
         ok &= bench<W0Forward, MmaWide, MmaWideFew, W0Forward::WgmmaTiles, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
-            "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_total), 2.0 * N * w0, forward_ref(L, S, n, true),
+            "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_stride), 2.0 * N * w0, forward_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
         ok &= bench<W0Update, MmaWide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(
-            "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_total, 2.0 * N * w0, update_ref(L, S, n, true),
+            "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_stride, 2.0 * N * w0, update_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
         ok &= bench<W1Forward, MmaNarrowShallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
             "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, forward_ref(L, S, n, false),

@@ -1,6 +1,9 @@
 // One step of a small.json-like layer stack for the workbenches: the units' offsets as the topology
 // lays them out (265 units of 49 hidden rows, W1's blocks after W0's), the rings, deltas and rates of
 // one step from fixed seeds (some units not yet learning), and the StepArgs that point at device copies.
+// The x ring comes two ways: materialised (the passes') or as rows of sources with an index (the products'
+// above 64 sequences, CudaEngine's input_layout): 5/6 of a unit's inputs copy runs of 50 hidden entries of
+// other units, the rest have places of their own.
 #pragma once
 
 #include "common.h"
@@ -12,6 +15,8 @@ struct Layout {
     std::vector<int64_t> x_off{0}, y_off{0}, h_off{0}, w0_off{0}, w1_off;
     std::vector<int32_t> y_unit;  // per output, its unit
     int64_t x_total = 0, y_total = 0, h_total = 0, n_w0 = 0, n_weights = 0;
+    int64_t x_stride = 0;          // floats per row of sources
+    std::vector<int32_t> x_index;  // per input entry: its place in a row of sources
     // inputs(u), outputs(u): unit u's counts of input and output entries.
     template <class Inputs, class Outputs>
     Layout(Inputs inputs, Outputs outputs) {
@@ -29,19 +34,26 @@ struct Layout {
         w1_off.push_back(n_w0);
         for (int64_t u = 0; u < kUnits; ++u) w1_off.push_back(w1_off.back() + (y_off[u + 1] - y_off[u]) * (kHidden + 1));
         n_weights = w1_off.back();
+        int64_t own = h_total;
+        for (int64_t u = 0; u < kUnits; ++u)
+            for (int64_t c = 0; c < inputs(u); ++c)
+                x_index.push_back(static_cast<int32_t>(c < inputs(u) * 5 / 6 ? ((u * 7 + c / 50) % kUnits) * (kHidden + 1) + c % 50 : own++));
+        x_stride = (own + 3) / 4 * 4;
     }
 };
 
 // The host state of one step of n sequences; each run uploads fresh copies, so that every update
 // starts from the same W and V.
 struct State {
-    std::vector<float> w, v, x, h, y, d, ldh, lr, mu;
+    std::vector<float> w, v, x, xs, h, y, d, ldh, lr, mu;
     State(const Layout& L, int64_t n)
-        : w(L.n_weights), v(L.n_weights), x(pvm::kernels::kRing * n * L.x_total), h(pvm::kernels::kRing * n * L.h_total),
+        : w(L.n_weights), v(L.n_weights), x(pvm::kernels::kRing * n * L.x_total), xs(pvm::kernels::kRing * n * L.x_stride),
+          h(pvm::kernels::kRing * n * L.h_total),
           y(pvm::kernels::kRing * n * L.y_total, -7.0f), d(n * L.y_total), ldh(n * L.h_total), lr(kUnits), mu(kUnits) {
         fill_uniform(w, -0.1f, 0.1f, 1);
         fill_uniform(v, -0.01f, 0.01f, 2);
         fill_uniform(x, 0.1f, 0.9f, 3);
+        fill_uniform(xs, 0.1f, 0.9f, 8);
         fill_uniform(h, 0.1f, 0.9f, 4);
         fill_uniform(d, -0.05f, 0.05f, 5);
         fill_uniform(ldh, -0.01f, 0.01f, 6);
@@ -51,13 +63,15 @@ struct State {
     }
 };
 
-// The step's arguments over device copies of L and S (polynomial activation, original derivative).
-inline pvm::kernels::StepArgs upload(DeviceScope& dev, const Layout& L, const State& S, int64_t n, int64_t step) {
+// The step's arguments over device copies of L and S (polynomial activation, original derivative); with
+// sources, the x ring as rows of sources (S.xs, L.x_index), else materialised (S.x).
+inline pvm::kernels::StepArgs upload(DeviceScope& dev, const Layout& L, const State& S, int64_t n, int64_t step,
+                                     bool sources = false) {
     pvm::kernels::StepArgs a{};
     a.n_seq = n;
     a.n_units = kUnits;
     a.hidden = kHidden;
-    a.x_total = L.x_total;
+    a.x_stride = sources ? L.x_stride : L.x_total;
     a.y_total = L.y_total;
     a.h_total = L.h_total;
     a.polynomial = true;
@@ -75,7 +89,8 @@ inline pvm::kernels::StepArgs upload(DeviceScope& dev, const Layout& L, const St
     };
     a.weights = dev.put(slack(S.w));
     a.velocity = dev.put(slack(S.v));
-    a.x = dev.put(slack(S.x));
+    a.x = dev.put(slack(sources ? S.xs : S.x));
+    if (sources) a.x_index = dev.put(L.x_index);
     a.h = dev.put(slack(S.h));
     a.y = dev.put(S.y);
     a.delta_out = dev.put(slack(S.d));

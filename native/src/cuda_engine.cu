@@ -54,16 +54,56 @@ void by_bucket(int64_t n, F&& f) {
     return f(std::integral_constant<int, 4>{});
 }
 
-// Every input entry's source and kind in one int32 (assemble_inputs reads 4 bytes an entry, not 9).
-std::vector<int32_t> gather_sources(const Topology& t) {
-    std::vector<int32_t> out(t.x_src.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-        if (t.x_src[i] < 0 || t.x_src[i] >= (int64_t{1} << kernels::kGatherKindShift) || t.x_kind[i] < 0 || t.x_kind[i] > 3)
+// A source and its kind in one int32 (assemble_inputs reads 4 bytes an entry, not 9).
+int32_t pack_source(int64_t src, int kind) {
+    return static_cast<int32_t>(static_cast<uint32_t>(src) | (static_cast<uint32_t>(kind) << kernels::kGatherKindShift));
+}
+
+// What a row of the x ring holds (one sequence, one step) and what assemble_inputs writes into it.
+// Materialised (up to kMmaMaxSeqs sequences, where the passes read x's rows whole): the inputs, entry i at i.
+// Built (above): the step's sources, kappa(h(s-1)) once per hidden entry in h's layout, then the other inputs
+// (frame pixels, x(s-1)'s signal, 1s) in input order; index places every input in that row, and W0's products
+// gather their operand through it. Why: 84% of small's inputs are copies of a hidden value (each copied to about
+// 18 inputs), so the row is 5x shorter than x, and the gather's write and the products' two reads of it
+// (about 45% of a step at 256 sequences) shrink with it; the row of 256 sequences (60 MB for small) stays
+// mostly in L2.
+struct InputLayout {
+    int64_t stride = 0;            // floats per row
+    std::vector<int32_t> index;    // built: per input entry, its place in the row
+    std::vector<int32_t> gather;   // per row entry: source | kind << kGatherKindShift
+};
+
+InputLayout input_layout(const Topology& t, bool built) {
+    const int64_t limit = int64_t{1} << kernels::kGatherKindShift;
+    for (size_t i = 0; i < t.x_src.size(); ++i)
+        if (t.x_src[i] < 0 || t.x_src[i] >= limit || t.x_kind[i] < 0 || t.x_kind[i] > 3 ||
+            (t.x_kind[i] == FromHidden && t.x_src[i] >= t.h_total) || (t.x_kind[i] == FromPrevious && t.x_src[i] >= t.x_total))
             throw std::invalid_argument("input entry " + std::to_string(i) + " has a source the CUDA engine cannot hold");
-        out[i] = static_cast<int32_t>(static_cast<uint32_t>(t.x_src[i]) |
-                                      (static_cast<uint32_t>(t.x_kind[i]) << kernels::kGatherKindShift));
+    InputLayout out;
+    if (!built) {
+        out.stride = t.x_total;
+        for (int64_t i = 0; i < t.x_total; ++i) out.gather.push_back(pack_source(t.x_src[i], t.x_kind[i]));
+        return out;
     }
+    out.index.resize(t.x_total);
+    int64_t next = t.h_total;
+    for (int64_t i = 0; i < t.x_total; ++i) out.index[i] = static_cast<int32_t>(t.x_kind[i] == FromHidden ? t.x_src[i] : next++);
+    out.stride = (next + 3) / 4 * 4;  // rows of whole 16-byte words
+    if (out.stride >= limit) throw std::invalid_argument("the model's inputs are too many for the CUDA engine's gather");
+    out.gather.assign(out.stride, pack_source(0, Bias));
+    for (int64_t j = 0; j < t.h_total; ++j) out.gather[j] = pack_source(j, FromHidden);
+    for (int64_t i = 0; i < t.x_total; ++i)
+        if (t.x_kind[i] != FromHidden)
+            out.gather[out.index[i]] = pack_source(t.x_kind[i] == FromPrevious ? out.index[t.x_src[i]] : t.x_src[i], t.x_kind[i]);
     return out;
+}
+
+// Input entries' places in a row of the x ring (InputLayout::index; none: materialised); -1 stays.
+std::vector<int64_t> placed(std::vector<int64_t> entries, const std::vector<int32_t>& index) {
+    if (!index.empty())
+        for (int64_t& e : entries)
+            if (e >= 0) e = index[e];
+    return entries;
 }
 
 // What a step enqueues between phases when it is not being profiled.
@@ -231,22 +271,26 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     const char* wgmma = std::getenv("PVM_CUDA_WGMMA");
     if (cfg_.n_seq >= kProductSeqs && prop.major == 9 && prop.minor == 0 && !(wgmma != nullptr && std::strcmp(wgmma, "0") == 0))
         PVM_CUDA_CHECK(kernels::query_wgmma_built(wgmma_));
+    const Topology& t = topo_;
+    const int64_t n = cfg_.n_seq;
+    InputLayout inputs_layout = input_layout(t, built_inputs());
+    x_stride_ = inputs_layout.stride;
     check_memory();
     PVM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
-    const Topology& t = topo_;
-    const int64_t n = cfg_.n_seq;
     x_off_ = DeviceBuffer<int64_t>(t.x_off);
     y_off_ = DeviceBuffer<int64_t>(t.y_off);
     h_off_ = DeviceBuffer<int64_t>(t.h_off);
     w0_off_ = DeviceBuffer<int64_t>(t.w0_off);
     w1_off_ = DeviceBuffer<int64_t>(t.w1_off);
-    x_gather_ = DeviceBuffer<int32_t>(gather_sources(t));
+    x_gather_ = DeviceBuffer<int32_t>(inputs_layout.gather);
+    x_index_ = DeviceBuffer<int32_t>(inputs_layout.index);
+    x_index_host_ = std::move(inputs_layout.index);
     h_bias_ = DeviceBuffer<int64_t>(t.h_bias);
     raw_dst_ = DeviceBuffer<int64_t>(t.raw_context_dst);
     raw_src_ = DeviceBuffer<int64_t>(t.raw_context_src);
-    target_src_ = DeviceBuffer<int64_t>(t.target_src);
-    baseline_src_ = DeviceBuffer<int64_t>(t.baseline_src);
+    target_src_ = DeviceBuffer<int64_t>(placed(t.target_src, x_index_host_));
+    baseline_src_ = DeviceBuffer<int64_t>(placed(t.baseline_src, x_index_host_));
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
     const bool mma = n >= kMmaMinSeqs && n <= kMmaMaxSeqs;
@@ -309,7 +353,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
 
     weights_ = DeviceBuffer<float>(t.n_weights, kWindowSlack);
     velocity_ = DeviceBuffer<float>(t.n_weights, kWindowSlack);
-    x_ = DeviceBuffer<float>(3 * n * t.x_total, kWindowSlack);
+    x_ = DeviceBuffer<float>(3 * n * x_stride_, kWindowSlack);
     h_ = DeviceBuffer<float>(3 * n * t.h_total, kWindowSlack);
     y_ = DeviceBuffer<float>(3 * n * t.y_total);
     unit_lr_ = DeviceBuffer<float>(t.n_units);
@@ -367,7 +411,7 @@ CudaEngine::~CudaEngine() {
 void CudaEngine::check_memory() const {
     const Topology& t = topo_;
     const double n = static_cast<double>(cfg_.n_seq);
-    const double need = 4.0 * (2.0 * t.n_weights + 3.0 * n * (t.x_total + t.h_total + t.y_total) +
+    const double need = 4.0 * (2.0 * t.n_weights + 3.0 * n * (x_stride_ + t.h_total + t.y_total) +
                                n * (2.0 * t.y_total + t.h_total) + 2.0 * n * t.image_size) +
                         8.0 * (t.x_total + t.x_off.size() * 5 + 3.0 * t.y_total);
     size_t free_bytes = 0, total_bytes = 0;
@@ -460,7 +504,7 @@ kernels::StepArgs CudaEngine::step_args() {
     a.n_seq = n;
     a.n_units = t.n_units;
     a.hidden = t.hidden;
-    a.x_total = t.x_total;
+    a.x_stride = x_stride_;
     a.y_total = t.y_total;
     a.h_total = t.h_total;
     a.image_size = t.image_size;
@@ -475,6 +519,7 @@ kernels::StepArgs CudaEngine::step_args() {
     a.w0_off = w0_off_.data();
     a.w1_off = w1_off_.data();
     a.x_gather = x_gather_.data();
+    a.x_index = x_index_.data();
     a.h_bias = h_bias_.data();
     a.raw_dst = raw_dst_.data();
     a.raw_src = raw_src_.data();
@@ -521,7 +566,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     // 131,417 -> 129,811), 256 +0.7%. Profiling records an event between phases: each phase's time is
     // then its own, unchained.
     const StepLaunch launch{stream_, chained_launches() && std::is_same_v<std::decay_t<Mark>, NoMark>};
-    PVM_CUDA_CHECK(launch(assemble_inputs<Pixel>, dim3(blocks_for(t.x_total), static_cast<unsigned>((n + kGatherSeqs - 1) / kGatherSeqs)),
+    PVM_CUDA_CHECK(launch(assemble_inputs<Pixel>, dim3(blocks_for(x_stride_), static_cast<unsigned>((n + kGatherSeqs - 1) / kGatherSeqs)),
                           T, 0, a, d_frames, n_frames, first));
     if (a.n_raw > 0) {  // feed-context mode; the hidden vectors' constant 1s stay put (set_hidden_bias)
         PVM_CUDA_CHECK(launch(assemble_hidden, dim3(blocks_for(a.n_raw), seqs), T, 0, a));
@@ -650,11 +695,25 @@ uintptr_t CudaEngine::device_pointer(const std::string& name) {
         PVM_CUDA_CHECK(cudaSetDevice(device_));
         const int64_t n = cfg_.n_seq;
         kernels::output_errors<<<dim3(blocks_for(topo_.y_total), static_cast<unsigned>(n)), kernels::kThreads, 0, stream_>>>(
-            x_.data(), y_.data(), target_src_.data(), step_.data(), n, topo_.x_total, topo_.y_total, error_.data());
+            x_.data(), y_.data(), target_src_.data(), step_.data(), n, x_stride_, topo_.y_total, error_.data());
         PVM_CUDA_CHECK_LAUNCH();
         return reinterpret_cast<uintptr_t>(error_.data());
     }
+    if (name == "x_ring" && built_inputs()) {  // the rows hold the step's sources: x in its layout, built now
+        PVM_CUDA_CHECK(cudaSetDevice(device_));
+        if (x_view_.size() == 0) x_view_ = DeviceBuffer<float>(buffer_size("x_ring"));
+        materialise_x(x_view_.data());
+        return reinterpret_cast<uintptr_t>(x_view_.data());
+    }
     return reinterpret_cast<uintptr_t>(buffer(name).data());
+}
+
+bool CudaEngine::built_inputs() const { return cfg_.n_seq > kMmaMaxSeqs; }
+
+void CudaEngine::materialise_x(float* out) {
+    const dim3 grid(blocks_for(topo_.x_total), static_cast<unsigned>(kernels::kRing * cfg_.n_seq));
+    kernels::materialise_inputs<<<grid, kernels::kThreads, 0, stream_>>>(x_.data(), x_index_.data(), topo_.x_total, x_stride_, out);
+    PVM_CUDA_CHECK_LAUNCH();
 }
 
 void CudaEngine::synchronize() {
@@ -696,6 +755,13 @@ DeviceBuffer<float>& CudaEngine::buffer(const std::string& name) {
 
 void CudaEngine::read(const std::string& name, float* out) {
     PVM_CUDA_CHECK(cudaSetDevice(device_));
+    if (name == "x_ring" && built_inputs()) {
+        DeviceBuffer<float> x(buffer_size(name));
+        materialise_x(x.data());
+        PVM_CUDA_CHECK(cudaMemcpyAsync(out, x.data(), x.bytes(), cudaMemcpyDeviceToHost, stream_));
+        PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        return;
+    }
     auto& b = buffer(name);
     PVM_CUDA_CHECK(cudaMemcpyAsync(out, b.data(), b.bytes(), cudaMemcpyDeviceToHost, stream_));
     PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -703,6 +769,19 @@ void CudaEngine::read(const std::string& name, float* out) {
 
 void CudaEngine::write(const std::string& name, const float* in) {
     PVM_CUDA_CHECK(cudaSetDevice(device_));
+    if (name == "x_ring" && built_inputs()) {
+        // Each input into its place in the rows of sources; the inputs that copy one hidden value share a
+        // place (a ring the engine wrote holds one value there; otherwise the last input's stays). Places no
+        // input has keep their value: the next step's gather writes them before anything reads them.
+        const int64_t rows = kernels::kRing * cfg_.n_seq, X = topo_.x_total;
+        std::vector<float> sources(static_cast<size_t>(rows * x_stride_));
+        PVM_CUDA_CHECK(cudaMemcpyAsync(sources.data(), x_.data(), x_.bytes(), cudaMemcpyDeviceToHost, stream_));
+        PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < X; ++i) sources[r * x_stride_ + x_index_host_[i]] = in[r * X + i];
+        PVM_CUDA_CHECK(cudaMemcpy(x_.data(), sources.data(), x_.bytes(), cudaMemcpyHostToDevice));
+        return;
+    }
     auto& b = buffer(name);
     PVM_CUDA_CHECK(cudaMemcpyAsync(b.data(), in, b.bytes(), cudaMemcpyHostToDevice, stream_));
     if (&b == &h_) {  // the steps never write the constant 1s: put them back in every ring slot

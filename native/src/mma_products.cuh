@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "mma_pass.cuh"
 #include "unit_products.cuh"
@@ -78,6 +79,66 @@ struct SlabCopies {
     }
 };
 
+// SlabCopies of an IndexedOperand (W0's products reading x from the step's sources): the same slab layout,
+// swizzle and masks, each copy from base[index[k] + x * sx] (along k) or base[k * sk + index[x]] (along x).
+// Along x a thread's x is fixed, so its index is read once. Along k a thread's k is fixed within a slab, so
+// one index serves its kCopies copies; it is read a slab ahead (copy is called in slab order) so that the
+// copies do not wait for it.
+template <bool kAlongK, int kExtent, int kSlab, int kStride, int kThreadCount>
+struct IndexedSlabCopies {
+    using Layout = SlabCopies<kAlongK, kExtent, kSlab, kStride, kThreadCount>;
+    static constexpr int kOuterStep = Layout::kOuterStep, kCopies = Layout::kCopies;
+    __host__ __device__ static constexpr int swizzle(int k) { return Layout::swizzle(k); }
+    const float* base;
+    const int32_t* index;  // along k: this thread's k in slab 0
+    int64_t offset;        // along k: copy 0's x times sx; along x: copy 0's place in slab 0
+    int64_t copy_step, slab_step, k_end;
+    uint32_t x_inside;
+    int dst;
+    mutable int32_t next = 0;  // along k: the index of the slab copy() moves next
+    __device__ IndexedSlabCopies(const IndexedOperand& op, int64_t x0, int64_t K, int64_t X) : base(op.base) {
+        const int inner = static_cast<int>(threadIdx.x) % Layout::kInner, outer = static_cast<int>(threadIdx.x) / Layout::kInner;
+        const int k = kAlongK ? inner : outer, x = kAlongK ? outer : inner;
+        k_end = K - k;
+        x_inside = 0;
+        for (int c = 0; c < kCopies; ++c)
+            if (x0 + x + (kAlongK ? c * kOuterStep : 0) < X) x_inside |= 1u << c;
+        dst = k * kStride + (x ^ swizzle(k));
+        if constexpr (kAlongK) {
+            index = op.index + k;
+            offset = (x0 + x) * op.sx;
+            copy_step = kOuterStep * op.sx;
+            slab_step = 0;
+            if (k_end > 0) next = __ldg(index);
+        } else {
+            index = op.index;
+            offset = (x_inside & 1u) ? op.index[x0 + x] + k * op.sk : 0;
+            copy_step = kOuterStep * op.sk;
+            slab_step = kSlab * op.sk;
+        }
+    }
+    __device__ void copy(float* stage, int64_t i) const {
+        const int64_t left = k_end - i * kSlab;
+        const int k_left = left > kSlab ? kSlab : static_cast<int>(left);
+        const float* s;
+        if constexpr (kAlongK) {
+            s = base + next + offset;
+            if (left > kSlab) next = __ldg(index + (i + 1) * kSlab);
+        } else {
+            s = base + offset + i * slab_step;
+        }
+#pragma unroll
+        for (int c = 0; c < kCopies; ++c) {
+            const bool ok = (kAlongK ? 0 : c * kOuterStep) < k_left && ((x_inside >> c) & 1u);
+            copy_async4(stage + dst + c * kOuterStep * (kAlongK ? 1 : kStride), ok ? s : base, ok);
+            s += copy_step;
+        }
+    }
+};
+template <class P, bool kAlongK, int kExtent, int kSlab, int kStride, int kThreadCount>
+using BSlabCopies = std::conditional_t<P::kBIndexed, IndexedSlabCopies<kAlongK, kExtent, kSlab, kStride, kThreadCount>,
+                                       SlabCopies<kAlongK, kExtent, kSlab, kStride, kThreadCount>>;
+
 // An update's tile of a unit not yet learning: only its V is cleared. True when the tile is done so.
 template <int BM, int BN, int kThreadCount, class P>
 __device__ bool cleared_inactive(const P& p, int64_t m0, int64_t n0) {
@@ -119,7 +180,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     for (int mt = 0; mt < MT; ++mt) live[mt] = m0 + wm + 16 * mt < p.M;
 
     using ACopies = SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount>;
-    using BCopies = SlabCopies<P::kBAlongK, BN, KS, kBStride, kThreadCount>;
+    using BCopies = BSlabCopies<P, P::kBAlongK, BN, KS, kBStride, kThreadCount>;
     const ACopies a_copies(p.A, m0, p.K, p.M);
     const BCopies b_copies(p.B, n0, p.K, p.N);
     const int64_t n_slabs = (p.K + KS - 1) / KS;

@@ -20,13 +20,16 @@ constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 
 struct StepArgs {
-    int64_t n_seq, n_units, hidden, x_total, y_total, h_total, image_size, n_raw;
+    int64_t n_seq, n_units, hidden, y_total, h_total, image_size, n_raw;
+    int64_t x_stride;                  // floats per sequence in the x ring: x_total, or the step's sources (x_index)
     int64_t delta_group;               // sequences per group of output_deltas (delta_group_seqs)
     bool polynomial, opt_abs_diff;
     int derivative;
     const int64_t *x_off, *y_off, *h_off, *w0_off, *w1_off, *h_bias, *raw_dst, *raw_src, *target_src;
     const int64_t* baseline_src;       // per output: the x(s-2) entry copy-last-frame predicts it with, -1 above layer 0
-    const int32_t* x_gather;          // per input entry: its source index | its XSource << kGatherKindShift
+    const int32_t* x_gather;          // per entry of an x ring row: its source index | its XSource << kGatherKindShift
+    const int32_t* x_index;           // above kMmaMaxSeqs sequences, per input entry: its place in a ring row (the
+                                      // row holds the step's sources, and W0's products gather x through this)
     const int32_t* y_unit;
     float *weights, *velocity, *x, *h, *y;
     const float *unit_lr, *unit_mu;
@@ -54,8 +57,10 @@ __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(
 // Element-wise kernels use a 2-D grid: x over the elements of one sequence, y over sequences.
 __device__ __forceinline__ int64_t seq_index() { return blockIdx.y; }
 
-// x(s) of every sequence: the compressed frame, kappa(h(s-1)), x(s-1)'s new signal, or 1 (§3.4).
-// A thread per (input entry, group of kGatherSeqs sequences): the entry's packed source (x_gather:
+// x(s) of every sequence: the compressed frame, kappa(h(s-1)), x(s-1)'s new signal, or 1 (§3.4). Above
+// kMmaMaxSeqs sequences (CudaEngine::built_inputs) a ring row holds the step's sources instead: kappa(h(s-1))
+// once per hidden entry, then the other inputs; x_gather lists them and W0's products gather x (x_index).
+// A thread per (ring row entry, group of kGatherSeqs sequences): the entry's packed source (x_gather:
 // src | kind << kGatherKindShift) is read once, the kind decides one loop for the whole group, and the
 // group's loads are issued before its stores (the compiler cannot move a load of the rings past a
 // store to them). Grid: x over entries, y over groups. Measured on an H200 (small, n_seq 256): one
@@ -72,7 +77,7 @@ __global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames, in
     let_next_kernel_launch();
     await_prior_kernels();
     const int64_t i = global_thread(), q0 = int64_t{blockIdx.y} * kGatherSeqs;
-    if (i >= a.x_total) return;
+    if (i >= a.x_stride) return;
     const int64_t s = *a.step;
     if (n_frames > 0) {
         int64_t b = (s - first) % n_frames;
@@ -96,18 +101,18 @@ __global__ void assemble_inputs(StepArgs a, const Pixel* __restrict__ frames, in
         for (int k = 0; k < kGatherSeqs; ++k)
             if (k < live) v[k] = kappa(p[k * a.h_total]);
     } else if (kind == FromPrevious) {
-        const float* p = a.x + (prev * a.n_seq + q0) * a.x_total + src;
+        const float* p = a.x + (prev * a.n_seq + q0) * a.x_stride + src;
 #pragma unroll
         for (int k = 0; k < kGatherSeqs; ++k)
-            if (k < live) v[k] = p[k * a.x_total];
+            if (k < live) v[k] = p[k * a.x_stride];
     } else {
 #pragma unroll
         for (int k = 0; k < kGatherSeqs; ++k) v[k] = 1.0f;
     }
-    float* out = a.x + (cur * a.n_seq + q0) * a.x_total + i;
+    float* out = a.x + (cur * a.n_seq + q0) * a.x_stride + i;
 #pragma unroll
     for (int k = 0; k < kGatherSeqs; ++k)
-        if (k < live) out[k * a.x_total] = v[k];
+        if (k < live) out[k * a.x_stride] = v[k];
 }
 
 // The raw context of feed-context mode (§3.10), launched only in that mode. The constant 1 of every
@@ -157,8 +162,8 @@ __device__ double baseline_error(const StepArgs& a, int cur, int old, int64_t ta
         for (int k = 0; k < kBaselineGroup; ++k) {
             const int64_t q = q0 + k;
             if (q >= q_end) break;
-            t[k] = a.x[(cur * a.n_seq + q) * a.x_total + target];
-            xo[k] = a.x[(old * a.n_seq + q) * a.x_total + base];
+            t[k] = a.x[(cur * a.n_seq + q) * a.x_stride + target];
+            xo[k] = a.x[(old * a.n_seq + q) * a.x_stride + base];
         }
 #pragma unroll
         for (int k = 0; k < kBaselineGroup; ++k) {
@@ -195,7 +200,7 @@ __global__ void output_deltas(StepArgs a) {
                 const int64_t q = q0 + k;
                 if (q >= q_end) break;
                 yo[k] = a.y[(old * a.n_seq + q) * a.y_total + j];
-                t[k] = a.x[(cur * a.n_seq + q) * a.x_total + target];
+                t[k] = a.x[(cur * a.n_seq + q) * a.x_stride + target];
             }
 #pragma unroll
             for (int k = 0; k < kSeqGroup; ++k) {
@@ -389,7 +394,7 @@ struct RowW0 {  // row (u, k) of W0: h(s)[k] = phi(W0[k,:] . x(s)); update with 
         return a.w0_off[u] + (r % a.hidden) * len;
     }
     __device__ static const float* input(const StepArgs& a, int slot, int64_t q, int64_t u) {
-        return a.x + (slot * a.n_seq + q) * a.x_total + a.x_off[u];
+        return a.x + (slot * a.n_seq + q) * a.x_stride + a.x_off[u];
     }
     __device__ static float lr_delta(const StepArgs& a, int64_t q, int64_t r, int64_t u) {
         return a.lr_delta_hidden[q * a.h_total + a.h_off[u] + r % a.hidden];
@@ -638,11 +643,19 @@ __global__ void __launch_bounds__(kThreads) unit_errors(StepArgs a) { sum_unit_e
 // errors are rebuilt only when asked for. Grid: x over outputs, y over sequences.
 __global__ void output_errors(const float* __restrict__ x, const float* __restrict__ y,
                               const int64_t* __restrict__ target_src, const int64_t* __restrict__ step, int64_t n_seq,
-                              int64_t x_total, int64_t y_total, float* __restrict__ error) {
+                              int64_t x_stride, int64_t y_total, float* __restrict__ error) {
     const int64_t s = *step - 1, q = seq_index();
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     for (int64_t j = global_thread(); j < y_total; j += grid_threads())
-        error[q * y_total + j] = s < 0 ? 0.0f : x[(cur * n_seq + q) * x_total + target_src[j]] - y[(old * n_seq + q) * y_total + j];
+        error[q * y_total + j] = s < 0 ? 0.0f : x[(cur * n_seq + q) * x_stride + target_src[j]] - y[(old * n_seq + q) * y_total + j];
+}
+
+// The x ring in its reference layout from a ring of step sources (CudaEngine::built_inputs): x[r, i] =
+// sources[r, index[i]] for ring row r (slot x sequence). Grid: x over input entries, y over rows.
+__global__ void materialise_inputs(const float* __restrict__ sources, const int32_t* __restrict__ index, int64_t x_total,
+                                   int64_t stride, float* __restrict__ x) {
+    const int64_t r = blockIdx.y;
+    for (int64_t i = global_thread(); i < x_total; i += grid_threads()) x[r * x_total + i] = sources[r * stride + index[i]];
 }
 
 __global__ void fill(float* p, int64_t n, float value) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "step_kernels.cuh"
 
@@ -50,30 +51,40 @@ struct Operand {
     int64_t sk, sx;
     __device__ const float* at(int64_t k, int64_t x) const { return base + k * sk + x * sx; }
 };
+// An operand gathered along the unit's inputs (W0's products above kMmaMaxSeqs sequences, where the x ring
+// holds the step's sources and x_index places each input): entry (k, x) at base[index[k] + x * sx] when k
+// runs over the inputs (the forward), base[k * sk + index[x]] when x does (the update).
+struct IndexedOperand {
+    const float* base;
+    const int32_t* index;
+    int64_t sk, sx;
+};
 
 // A forward product of one unit: out(s)[q, m] = phi(sum_k W[m, k] in(s)[q, k]), n = q. The rings'
 // slot s and the unit's offsets are resolved once, in the constructor. Every product has the same
-// parts: extents M, N, K; operands A, B; a_scale (with kScaleA, A's entries are a_scale * A, rounded);
-// old (what finish reads of the old state) and finish.
+// parts: extents M, N, K; operands A, B (kBIndexed: B is an IndexedOperand); a_scale (with kScaleA, A's
+// entries are a_scale * A, rounded); old (what finish reads of the old state) and finish.
+template <class BOperand = Operand>
 struct Forward {
     static constexpr bool kAAlongK = true, kBAlongK = true, kUpdate = false, kScaleA = false;
+    static constexpr bool kBIndexed = std::is_same_v<BOperand, IndexedOperand>;
     int64_t M, N, K, out_stride;
-    Operand A, B;  // A[k, m] = W[m, k], B[k, q] = in(s)[q, k]
+    Operand A;  // A[k, m] = W[m, k]
+    BOperand B;  // B[k, q] = in(s)[q, k]
     float* out;
     bool polynomial;
     float a_scale = 1.0f;
-    __device__ Forward(const StepArgs& a, int64_t rows, int64_t length, int64_t weight_base, const float* in_ring,
-                       int64_t in_stride, float* out_ring, int64_t out_stride)
-        : M(rows), N(a.n_seq), K(length), out_stride(out_stride), A{a.weights + weight_base, 1, length},
-          B{in_ring + ring_slot(*a.step) * a.n_seq * in_stride, 1, in_stride},
+    __device__ Forward(const StepArgs& a, int64_t rows, int64_t length, int64_t weight_base, BOperand in, float* out_ring,
+                       int64_t out_stride)
+        : M(rows), N(a.n_seq), K(length), out_stride(out_stride), A{a.weights + weight_base, 1, length}, B(in),
           out(out_ring + ring_slot(*a.step) * a.n_seq * out_stride), polynomial(a.polynomial) {}
     struct Old {};  // what finish reads of the old state (loaded for all of a thread's outputs before any is written)
     __device__ Old old(int64_t, int64_t) const { return {}; }
     __device__ void finish(int64_t m, int64_t q, float sum, Old) const { out[q * out_stride + m] = activation(sum, polynomial); }
 };
 
-// h(s) = phi(W0 x(s)): m = hidden row, k = input i.
-struct W0Forward : Forward {
+// h(s) = phi(W0 x(s)): m = hidden row, k = input i, x(s) gathered from the step's sources.
+struct W0Forward : Forward<IndexedOperand> {
     using MmaTiles = MmaWide;
     using MmaTilesOneColumn = MmaWideFew;  // up to MmaTiles::kCols sequences
     using WgmmaTiles = WgmmaShape<128, 16, 4, 2, true>;  // on sm_90a, any number of sequences
@@ -81,22 +92,24 @@ struct W0Forward : Forward {
     // tile per unit waits on the longest unit (small: 442 to 2,059 inputs), and 64 columns halve its time.
     using WgmmaTilesNarrow = WgmmaShape<64, 16, 4, 3, true>;
     __device__ W0Forward(const StepArgs& a, int64_t u)
-        : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], a.w0_off[u], a.x + a.x_off[u], a.x_total, a.h + a.h_off[u],
-                  a.h_total) {}
+        : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], a.w0_off[u],
+                  IndexedOperand{a.x + ring_slot(*a.step) * a.n_seq * a.x_stride, a.x_index + a.x_off[u], 0, a.x_stride},
+                  a.h + a.h_off[u], a.h_total) {}
 };
 
 // y(s) = phi(W1 h(s)): m = output j, k = hidden k.
-struct W1Forward : Forward {
+struct W1Forward : Forward<> {
     using MmaTiles = MmaNarrowShallow;
     __device__ W1Forward(const StepArgs& a, int64_t u)
-        : Forward(a, a.y_off[u + 1] - a.y_off[u], a.h_off[u + 1] - a.h_off[u], a.w1_off[u], a.h + a.h_off[u], a.h_total,
-                  a.y + a.y_off[u], a.y_total) {}
+        : Forward(a, a.y_off[u + 1] - a.y_off[u], a.h_off[u + 1] - a.h_off[u], a.w1_off[u],
+                  Operand{a.h + ring_slot(*a.step) * a.n_seq * a.h_total + a.h_off[u], 1, a.h_total}, a.y + a.y_off[u],
+                  a.y_total) {}
 };
 
 // eps[q, k] = sum_j delta_out[q, j] W1[j, k] with the current W1, stored as lr * g(h(s-2)) * eps
 // (what the W0 update uses); m = k < H, n = q, summed over the unit's outputs j.
 struct HiddenDeltas {
-    static constexpr bool kAAlongK = false, kBAlongK = true, kUpdate = false, kScaleA = false;
+    static constexpr bool kAAlongK = false, kBAlongK = true, kUpdate = false, kScaleA = false, kBIndexed = false;
     using MmaTiles = MmaNarrow;
     // Up to 32 sequences: 32-column tiles of 8 warps, each 16 x 16 (a 64-column tile is mostly copies of
     // columns past n_seq; with 265 tiles, one per unit, a block's instruction chain is the time).
@@ -127,12 +140,15 @@ struct HiddenDeltas {
 
 // The momentum update of one weight matrix: g[m, n] = mean_q lr*delta[q, m] act(s-2)[q, n];
 // V = fma(mu, V, g); W += V. Summed over the sequences q. Units not yet enabled only clear V.
+template <class BOperand = Operand>
 struct Update {
     static constexpr bool kAAlongK = false, kBAlongK = false, kUpdate = true, kScaleA = false;
+    static constexpr bool kBIndexed = std::is_same_v<BOperand, IndexedOperand>;
     const StepArgs& a;
     int64_t M, N, K;
     float *W, *V;
-    Operand A{}, B{};  // A[q, m] = lr * delta[q, m] (the scale in a_scale), B[q, n] = the activation of step s-2
+    Operand A{};   // A[q, m] = lr * delta[q, m] (the scale in a_scale)
+    BOperand B{};  // B[q, n] = the activation of step s-2
     float mu, inv_n, a_scale = 1.0f;
     bool inactive;
     __device__ Update(const StepArgs& args, int64_t rows, int64_t cols, int64_t weight_base, int64_t unit)
@@ -151,19 +167,19 @@ struct Update {
     }
 };
 
-// W0: m = row < H, n = input i; A = lr * delta_h(s-2) (already scaled), B = x(s-2).
-struct W0Update : Update {
+// W0: m = row < H, n = input i; A = lr * delta_h(s-2) (already scaled), B = x(s-2) gathered from its sources.
+struct W0Update : Update<IndexedOperand> {
     using MmaTiles = MmaWide;
     using WgmmaTiles = WgmmaShape<128, 8, 5, 3>;  // on sm_90a
     __device__ W0Update(const StepArgs& args, int64_t unit)
         : Update(args, args.hidden, args.x_off[unit + 1] - args.x_off[unit], args.w0_off[unit], unit) {
         A = {args.lr_delta_hidden + args.h_off[unit], args.h_total, 1};
-        B = {args.x + ring_slot(*args.step - 2) * args.n_seq * args.x_total + args.x_off[unit], args.x_total, 1};
+        B = {args.x + ring_slot(*args.step - 2) * args.n_seq * args.x_stride, args.x_index + args.x_off[unit], args.x_stride, 0};
     }
 };
 
 // W1: m = output j, n = hidden k; A = lr * delta_out(s-2), B = h(s-2).
-struct W1Update : Update {
+struct W1Update : Update<> {
     static constexpr bool kScaleA = true;
     using MmaTiles = MmaNarrowQuad;
     using WgmmaTilesFew = WgmmaShape<64, 8, 5, 4>;  // on sm_90a, up to 64 sequences

@@ -119,12 +119,18 @@ template <class C>
 struct IsRowWindow : std::false_type {};
 template <int E, int S, int T>
 struct IsRowWindow<RowWindowCopies<E, S, T>> : std::true_type {};
+template <class C>
+struct IsWindow : std::false_type {};
+template <int E, int S, int T>
+struct IsWindow<WindowCopies<E, S, T>> : std::true_type {};
 
-// The copies of one operand of wgmma_product: 4-byte SlabCopies, or with window copies (kWindow) 16-byte
-// WindowCopies along k or RowWindowCopies along x.
-template <bool kWindow, bool kAlongK, int X, int KS, int kThreadCount>
+// The copies of one operand of wgmma_product: 4-byte SlabCopies (IndexedSlabCopies for an IndexedOperand, which
+// has no rows to window), or with window copies (kWindow) 16-byte WindowCopies along k or RowWindowCopies along x.
+template <bool kWindow, bool kIndexed, bool kAlongK, int X, int KS, int kThreadCount>
 struct WgmmaCopies {
-    using type = std::conditional_t<!kWindow, SlabCopies<kAlongK, X, KS, X + 8, kThreadCount>,
+    using Slab = std::conditional_t<kIndexed, IndexedSlabCopies<kAlongK, X, KS, X + 8, kThreadCount>,
+                                    SlabCopies<kAlongK, X, KS, X + 8, kThreadCount>>;
+    using type = std::conditional_t<!kWindow || kIndexed, Slab,
                                     std::conditional_t<kAlongK, WindowCopies<X, KS, kThreadCount>, RowWindowCopies<X, KS, kThreadCount>>>;
 };
 
@@ -218,9 +224,10 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     const int wm = 16 * warp;
 
     constexpr bool kWin = Shape::kWindow;
-    using ACopies = typename WgmmaCopies<kWin, P::kAAlongK, BM, KS, kThreadCount>::type;
-    using BCopies = typename WgmmaCopies<kWin, P::kBAlongK, BN, KS, kThreadCount>::type;
+    using ACopies = typename WgmmaCopies<kWin, false, P::kAAlongK, BM, KS, kThreadCount>::type;
+    using BCopies = typename WgmmaCopies<kWin, P::kBIndexed, P::kBAlongK, BN, KS, kThreadCount>::type;
     static_assert(kAStride == BM + 8 && kBStride == BN + 8, "SlabCopies' rows as WgmmaCopies gives them");
+    static_assert(!kWin || !P::kBIndexed || KS * kBStride <= wgmma_window_floats(BN, KS), "B's slab fits its room in a stage");
     constexpr int kBOffset = !kWin ? KS * kAStride : P::kAAlongK ? BM * (KS + 4) : KS * (BM + 4);  // B's raw slab in a stage
     const ACopies a_copies(p.A, m0, p.K, p.M);
     const BCopies b_copies(p.B, n0, p.K, p.N);
@@ -242,13 +249,14 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
         float* buf = smem + (i % 2) * wgmma_split_floats<Shape>();
         const bool last = (i + 1) * KS > p.K;
         const int64_t k_left = p.K - i * KS;
-        auto rows = [&](auto copies, const float* raw, int stride, int X, float* hi, float* lo, bool scale, const Operand& op,
+        auto rows = [&](auto copies, const float* raw, int stride, int X, float* hi, float* lo, bool scale, const auto& op,
                         int64_t x0) {
-            constexpr bool kAlongX = IsRowWindow<decltype(copies)>::value;
+            constexpr bool kAlongX = IsRowWindow<decltype(copies)>::value, kAlongK = IsWindow<decltype(copies)>::value;
             // Along k: the phase of this thread's row x (X divides the block). Along x: row 0's phase, and
             // how a row's phase moves from one k to the next (sk mod 4).
-            [[maybe_unused]] const int d = !kWin ? 0 : float_phase(op.at(0, x0 + (kAlongX ? 0 : static_cast<int>(threadIdx.x) % X)));
-            [[maybe_unused]] const int d_step = kAlongX ? static_cast<int>(op.sk & 3) : 0;
+            [[maybe_unused]] int d = 0, d_step = 0;
+            if constexpr (kAlongX || kAlongK) d = float_phase(op.at(0, x0 + (kAlongX ? 0 : static_cast<int>(threadIdx.x) % X)));
+            if constexpr (kAlongX) d_step = static_cast<int>(op.sk & 3);
 #pragma unroll
             for (int r = 0; r < KS / 4 * X / kThreadCount; ++r) {
                 const int e = static_cast<int>(threadIdx.x) + r * kThreadCount, x = e % X, kg = e / X;
@@ -256,7 +264,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
                 if constexpr (kAlongX) {
 #pragma unroll
                     for (int c = 0; c < 4; ++c) v[c] = raw[(4 * kg + c) * (X + 4) + x + ((d + (4 * kg + c) * d_step) & 3)];
-                } else if constexpr (kWin) {
+                } else if constexpr (kAlongK) {
                     const float4 a = *reinterpret_cast<const float4*>(raw + x * (KS + 4) + 4 * kg);
                     const float4 b = *reinterpret_cast<const float4*>(raw + x * (KS + 4) + 4 * kg + 4);
                     const float t8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "pvm/device_buffer.h"
 #include "pvm/engine.h"
@@ -64,6 +65,10 @@ private:
     Pixel* upload_frames(const Pixel* frames);
     DeviceBuffer<float>& buffer(const std::string& name);
     void check_memory() const;
+    // Whether a row of the x ring holds the step's sources rather than x (above kMmaMaxSeqs sequences;
+    // input_layout in cuda_engine.cu), and x in the reference layout from them (into out, on the stream).
+    bool built_inputs() const;
+    void materialise_x(float* out);
 
     int device_;
     std::string name_;
@@ -78,7 +83,10 @@ private:
     // Topology on the device.
     DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, h_bias_, raw_dst_, raw_src_, target_src_,
         baseline_src_;
-    DeviceBuffer<int32_t> x_gather_;  // per input entry: source | kind << kGatherKindShift
+    int64_t x_stride_ = 0;            // floats per row of the x ring (InputLayout)
+    DeviceBuffer<int32_t> x_gather_;  // per row entry: source | kind << kGatherKindShift
+    DeviceBuffer<int32_t> x_index_;   // built_inputs: per input entry, its place in a row (else empty)
+    std::vector<int32_t> x_index_host_;
     DeviceBuffer<int32_t> y_unit_;
     DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
     // Tiles of the many-sequence products (unit_products.cuh): (unit, first m, first n), longest sums first.
@@ -90,6 +98,7 @@ private:
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
     DeviceBuffer<float> lr_delta_out_, lr_delta_hidden_, error_;
+    DeviceBuffer<float> x_view_;  // built_inputs: device_pointer("x_ring")'s x, allocated when first asked for
     DeviceBuffer<float> mma_partial_;   // weight_pass_mma: the forward sums of split runs, per part
     DeviceBuffer<int32_t> mma_count_;   // weight_pass_mma: per run, its blocks done this step
     DeviceBuffer<double> metric_sums_, unit_error_, error_sq_;
