@@ -211,21 +211,6 @@ std::vector<int32_t> product_tiles(int64_t n_units, int cols, Extent m, Extent n
     return out;
 }
 
-// Whether the W0 forward of n sequences takes 64-column wgmma tiles: where the 128-column list is at most
-// 1.5 waves of resident blocks. One wave of one tile per unit waits on the longest unit. H100, small, frames/s
-// 128 -> 64 columns: n_seq 96 +3.1%, 128 +3.2% (265 tiles for 264 slots), 192 +1.5%, 256 -0.9%, 512 -2.6%,
-// 1,024 -3%; med 128 (521 tiles) -1%, LARGE 128 -1.3%.
-bool narrow_w0_forward(const Topology& t, int64_t n, int device) {
-    using Wide = kernels::W0Forward::WgmmaTiles;
-    int per_sm = 0, sms = 0;
-    PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels::product_kernel<kernels::W0Forward, Wide>(),
-                                                                 Wide::kThreads, kernels::product_shared_bytes<Wide>()));
-    PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const int64_t tiles = t.n_units * ((t.hidden + kernels::kMmaProductRows - 1) / kernels::kMmaProductRows) *
-                          ((n + Wide::kCols - 1) / Wide::kCols);
-    return 2 * tiles <= 3 * int64_t{per_sm} * sms;
-}
-
 // Lets the tensor-core kernel of product P have its dynamic shared memory (over the 48 KB default).
 template <class P, class Shape = typename P::MmaTiles>
 void allow_mma_product_shared() {
@@ -329,13 +314,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     }
     if (n >= kProductSeqs) {
         if (n > kMmaMaxSeqs) {
-            if (wgmma_) {
-                allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::WgmmaTiles>();
-                allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::WgmmaTilesNarrow>();
-                narrow_w0_forward_ = narrow_w0_forward(t, n, device_);
-            }
-            const int w0_cols = narrow_w0_forward_ ? kernels::W0Forward::WgmmaTilesNarrow::kCols : kernels::W0Forward::MmaTiles::kCols;
-            w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, w0_cols, hidden, seqs, inputs));
+            w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::MmaTiles::kCols, hidden, seqs, inputs));
             w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::MmaTiles::kCols, hidden, inputs, seqs));
             allow_mma_product_shared<kernels::W0Forward>();
             allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::MmaTilesOneColumn>();
@@ -462,15 +441,11 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
             launch_product<W1Update>(a, w1_update_, launch);
         mark("w1 update");
     } else {
-        // wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md); the tile lists are the
-        // same (128 columns) but for the W0 forward's narrow tiles.
-        static_assert(W0Forward::WgmmaTiles::kCols == W0Forward::MmaTiles::kCols &&
-                          W0Update::WgmmaTiles::kCols == W0Update::MmaTiles::kCols, "one tile list per product");
-        if (narrow_w0_forward_)
-            launch_product<W0Forward, W0Forward::WgmmaTilesNarrow>(a, w0_forward_, launch);
-        else if (wgmma_)
-            launch_product<W0Forward, W0Forward::WgmmaTiles>(a, w0_forward_, launch);
-        else if (a.n_seq > W0Forward::MmaTiles::kCols)
+        // The W0 update on wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md), on the
+        // same tile list. The W0 forward stays on mma.sync: with x gathered it was ahead of every wgmma shape
+        // tried (W0Forward).
+        static_assert(W0Update::WgmmaTiles::kCols == W0Update::MmaTiles::kCols, "one tile list per product");
+        if (a.n_seq > W0Forward::MmaTiles::kCols)
             launch_product<W0Forward>(a, w0_forward_, launch);
         else
             launch_product<W0Forward, W0Forward::MmaTilesOneColumn>(a, w0_forward_, launch);

@@ -84,13 +84,12 @@ struct Forward {
 };
 
 // h(s) = phi(W0 x(s)): m = hidden row, k = input i, x(s) gathered from the step's sources.
+// On mma.sync everywhere: with x gathered (4-byte copies of B) it was ahead of the wgmma shapes on an H100
+// (frames/s against wgmma with 16-byte windows for W0: small 192 +0.3%, 256 +2.4%, 512 +3.9%, 1,024 +4.6%;
+// med 128/256 +3.0/+2.8%, LARGE 128/256 +4.0/+5.5%; small 96/128 -0.9/-0.8% against 64-column wgmma tiles).
 struct W0Forward : Forward<IndexedOperand> {
     using MmaTiles = MmaWide;
     using MmaTilesOneColumn = MmaWideFew;  // up to MmaTiles::kCols sequences
-    using WgmmaTiles = WgmmaShape<128, 16, 4, 2, true>;  // on sm_90a, any number of sequences
-    // On sm_90a where WgmmaTiles' list is at most 1.5 waves (CudaEngine::narrow_w0_forward): a wave of one
-    // tile per unit waits on the longest unit (small: 442 to 2,059 inputs), and 64 columns halve its time.
-    using WgmmaTilesNarrow = WgmmaShape<64, 16, 4, 3, true>;
     __device__ W0Forward(const StepArgs& a, int64_t u)
         : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], a.w0_off[u],
                   IndexedOperand{a.x + ring_slot(*a.step) * a.n_seq * a.x_stride, a.x_index + a.x_off[u], 0, a.x_stride},

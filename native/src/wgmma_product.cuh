@@ -8,8 +8,9 @@
 // The sums are bit-identical to mma_product's. Measured (dev/cuda/mma_products.cu, H100): ahead for W0's
 // update (8-deep slabs, 5 stages: 286 against 314 us at 256 sequences, 227 against 269 at 128). For W0's
 // forward the 4-byte copies of unaligned rows and the per-value split, not the multiplies, set the pace
-// (265 against 259 us at 256); with window copies (WindowCopies: 16-byte chunks) it is ahead everywhere
-// (247 against 266 at 256, 149 against 157 at 128; benchmarks/NOTES.md).
+// (265 against 259 us at 256); window copies (WindowCopies: 16-byte chunks) put it ahead (247 against 266
+// at 256) until x was gathered from the step's sources, which has no rows to window: W0's forward is on
+// mma_product again (unit_products.cuh; benchmarks/NOTES.md).
 // k advances in slabs of kSlab through kStages raw stages (cp.async, [k][x] as mma_product stages them).
 // Each slab is split into hi and lo tiles of A and B in the layout wgmma reads (K-major, no swizzle: core
 // matrices of 8 rows x 4 k, 16-byte rows), in two buffers: the split of slab i+1 runs while the tensor

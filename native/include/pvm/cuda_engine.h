@@ -77,7 +77,6 @@ private:
     // sequences): on sm_90 and later with CUDA 12.3 or later, unless the environment sets
     // PVM_CUDA_CHAIN=0 (to compare, or to rule it out).
     bool chain_ = false;
-    bool narrow_w0_forward_ = false;  // the W0 forward product on 64-column wgmma tiles (narrow_w0_forward)
     bool wgmma_ = false;  // products on wgmma where measured ahead (from kProductSeqs, sm_90a build, capability 9.0)
 
     // Topology on the device.
