@@ -247,6 +247,10 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     const float* __restrict__ in = Row::input(a, cur, 0, u);
     const float* __restrict__ in_old = Row::input(a, old, 0, u);
     const int64_t stride = Row::input(a, cur, 1, u) - in;
+    // Built inputs (never with window copies): this thread's column's place in a row, read a chunk ahead
+    // (fetch_inputs runs in chunk order) so that the copies do not wait for it.
+    const int32_t* __restrict__ index = Row::input_index(a, u);
+    int32_t next_place = index && kMmaCols * c_begin + col < len ? index[kMmaCols * c_begin + col] : 0;
     const float lr = a.unit_lr[u], mu = a.unit_mu[u], inv_n = 1.0f / static_cast<float>(n);
     const bool active = !(lr == 0.0f && mu == 0.0f);
     // This lane's two staged rows (g and g+8 of the warp's tile) and their block rows; a row past the
@@ -284,10 +288,15 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
             const int64_t c0 = kMmaCols * i;
             // x(s) rows 0..NS-1, x(s-2) rows NS..2NS-1: the chunk's columns, then the kMmaLead before them.
             const bool col_ok = c0 + col < len;
+            int64_t column = c0 + col;  // the column's place in a row
+            if (index) {
+                column = next_place;
+                if (c0 + kMmaCols + col < len) next_place = index[c0 + kMmaCols + col];
+            }
 #pragma unroll 4
             for (int q = lane_row; q < NS; q += kPass) {
                 const bool valid = col_ok && q < n;
-                const int64_t at = valid ? q * stride + c0 + col : 0;
+                const int64_t at = valid ? q * stride + column : 0;
                 copy_async4(xs + mma_input_at<kWindow>(q, col), in + at, valid);
                 copy_async4(xs + mma_input_at<kWindow>(NS + q, col), in_old + at, valid);
             }

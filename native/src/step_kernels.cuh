@@ -28,8 +28,8 @@ struct StepArgs {
     const int64_t *x_off, *y_off, *h_off, *w0_off, *w1_off, *h_bias, *raw_dst, *raw_src, *target_src;
     const int64_t* baseline_src;       // per output: the x(s-2) entry copy-last-frame predicts it with, -1 above layer 0
     const int32_t* x_gather;          // per entry of an x ring row: its source index | its XSource << kGatherKindShift
-    const int32_t* x_index;           // above kMmaMaxSeqs sequences, per input entry: its place in a ring row (the
-                                      // row holds the step's sources, and W0's products gather x through this)
+    const int32_t* x_index;           // from 17 sequences, per input entry: its place in a ring row (the row holds
+                                      // the step's sources; W0's pass and products gather x through this), else null
     const int32_t* y_unit;
     float *weights, *velocity, *x, *h, *y;
     const float *unit_lr, *unit_mu;
@@ -58,7 +58,7 @@ __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(
 __device__ __forceinline__ int64_t seq_index() { return blockIdx.y; }
 
 // x(s) of every sequence: the compressed frame, kappa(h(s-1)), x(s-1)'s new signal, or 1 (§3.4). Above
-// kMmaMaxSeqs sequences (CudaEngine::built_inputs) a ring row holds the step's sources instead: kappa(h(s-1))
+// 16 sequences (CudaEngine::built_inputs) a ring row holds the step's sources instead: kappa(h(s-1))
 // once per hidden entry, then the other inputs; x_gather lists them and W0's products gather x (x_index).
 // A thread per (ring row entry, group of kGatherSeqs sequences): the entry's packed source (x_gather:
 // src | kind << kGatherKindShift) is read once, the kind decides one loop for the whole group, and the
@@ -393,9 +393,12 @@ struct RowW0 {  // row (u, k) of W0: h(s)[k] = phi(W0[k,:] . x(s)); update with 
     __device__ static int64_t weight_base(const StepArgs& a, int64_t r, int64_t u, int64_t len) {
         return a.w0_off[u] + (r % a.hidden) * len;
     }
+    // Sequence q's inputs of unit u in a ring slot: entry i at input(...)[i], or with built inputs at
+    // input(...)[input_index(...)[i]].
     __device__ static const float* input(const StepArgs& a, int slot, int64_t q, int64_t u) {
-        return a.x + (slot * a.n_seq + q) * a.x_stride + a.x_off[u];
+        return a.x + (slot * a.n_seq + q) * a.x_stride + (a.x_index ? 0 : a.x_off[u]);
     }
+    __device__ static const int32_t* input_index(const StepArgs& a, int64_t u) { return a.x_index ? a.x_index + a.x_off[u] : nullptr; }
     __device__ static float lr_delta(const StepArgs& a, int64_t q, int64_t r, int64_t u) {
         return a.lr_delta_hidden[q * a.h_total + a.h_off[u] + r % a.hidden];
     }
@@ -415,6 +418,7 @@ struct RowW1 {  // row (u, j) of W1: y(s)[j] = phi(W1[j,:] . h(s)); update with 
     __device__ static const float* input(const StepArgs& a, int slot, int64_t q, int64_t u) {
         return a.h + (slot * a.n_seq + q) * a.h_total + a.h_off[u];
     }
+    __device__ static const int32_t* input_index(const StepArgs&, int64_t) { return nullptr; }
     __device__ static float lr_delta(const StepArgs& a, int64_t q, int64_t r, int64_t u) {
         return __fmul_rn(a.unit_lr[u], a.delta_out[q * a.y_total + r]);
     }

@@ -51,7 +51,7 @@ struct Operand {
     int64_t sk, sx;
     __device__ const float* at(int64_t k, int64_t x) const { return base + k * sk + x * sx; }
 };
-// An operand gathered along the unit's inputs (W0's products above kMmaMaxSeqs sequences, where the x ring
+// An operand gathered along the unit's inputs (W0's products, where the x ring
 // holds the step's sources and x_index places each input): entry (k, x) at base[index[k] + x * sx] when k
 // runs over the inputs (the forward), base[k * sk + index[x]] when x does (the update).
 struct IndexedOperand {

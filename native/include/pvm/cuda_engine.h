@@ -65,7 +65,7 @@ private:
     Pixel* upload_frames(const Pixel* frames);
     DeviceBuffer<float>& buffer(const std::string& name);
     void check_memory() const;
-    // Whether a row of the x ring holds the step's sources rather than x (above kMmaMaxSeqs sequences;
+    // Whether a row of the x ring holds the step's sources rather than x (from kBuiltInputsMinSeqs sequences;
     // input_layout in cuda_engine.cu), and x in the reference layout from them (into out, on the stream).
     bool built_inputs() const;
     void materialise_x(float* out);
