@@ -40,10 +40,10 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   output_deltas, per unit and layer only when the metrics are taken (take_metric_sums).
 constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9, kHiddenProductSeqs = 5;
 // From this many sequences the x ring holds each step's sources (input_layout): weight_pass_mma's buckets of
-// 32 and more read their inputs with 4-byte copies, which can gather them; the buckets of 8 and 16 read W0's
-// as 16-byte windows of x's rows.
-constexpr int64_t kBuiltInputsMinSeqs = 17;
-static_assert(!kernels::mma_window(true, 32) && kernels::mma_window(true, 16), "built inputs from the bucket of 32 on");
+// 16 and more read their inputs with 4-byte copies, which can gather them; the bucket of 8 reads W0's as
+// 16-byte windows of x's rows.
+constexpr int64_t kBuiltInputsMinSeqs = 9;
+static_assert(!kernels::mma_window(true, 16) && kernels::mma_window(true, 8), "built inputs from the bucket of 16 on");
 // Floats allocated past W, V, x, h and delta_out for the window copies (wgmma_product's WindowCopies and
 // RowWindowCopies, and weight_pass_mma, read up to 3 past a row).
 constexpr int64_t kWindowSlack = 4;
@@ -65,13 +65,14 @@ int32_t pack_source(int64_t src, int kind) {
 }
 
 // What a row of the x ring holds (one sequence, one step) and what assemble_inputs writes into it.
-// Materialised (up to 16 sequences, where the passes read x's rows whole, W0's as 16-byte windows): the
-// inputs, entry i at i. Built (from kBuiltInputsMinSeqs; CudaEngine::built_inputs): the step's sources, kappa(h(s-1)) once per hidden entry in h's layout, then the other inputs
-// (frame pixels, x(s-1)'s signal, 1s) in input order; index places every input in that row, and W0's products
-// gather their operand through it (weight_pass_mma up to 64 sequences, the products above). Why: 84% of small's inputs are copies of a hidden value (each copied to about
-// 18 inputs), so the row is 5x shorter than x, and the gather's write and the products' two reads of it
-// (about 45% of a step at 256 sequences) shrink with it; the row of 256 sequences (60 MB for small) stays
-// mostly in L2.
+// Materialised (up to 8 sequences, where the passes read x's rows whole, W0's as 16-byte windows): the
+// inputs, entry i at i. Built (from kBuiltInputsMinSeqs; CudaEngine::built_inputs): the step's sources,
+// kappa(h(s-1)) once per hidden entry in h's layout, then the other inputs (frame pixels, x(s-1)'s signal,
+// 1s) in input order; index places every input in that row, and W0's pass (up to 64 sequences) and
+// products (above) gather their inputs through it. Why: 84% of small's inputs are copies of a hidden value
+// (each copied to about 18 inputs), so the row is 5x shorter than x, and the gather's write and W0's two
+// reads of it (about 45% of a step at 256 sequences) shrink with it; the row of 256 sequences (60 MB for
+// small) stays mostly in L2.
 struct InputLayout {
     int64_t stride = 0;            // floats per row
     std::vector<int32_t> index;    // built: per input entry, its place in the row
