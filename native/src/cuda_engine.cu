@@ -39,11 +39,10 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   +7.4%, LARGE 8 +6.6%; at 3 and 4 the product lost 7-8%). The squared errors are summed per output by
 //   output_deltas, per unit and layer only when the metrics are taken (take_metric_sums).
 constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9, kHiddenProductSeqs = 5;
-// From this many sequences the x ring holds each step's sources (input_layout): weight_pass_mma's buckets of
-// 16 and more read their inputs with 4-byte copies, which can gather them; the bucket of 8 reads W0's as
-// 16-byte windows of x's rows.
-constexpr int64_t kBuiltInputsMinSeqs = 9;
-static_assert(!kernels::mma_window(true, 16) && kernels::mma_window(true, 8), "built inputs from the bucket of 16 on");
+// From this many sequences (every weight_pass_mma bucket and the products) the x ring holds each step's sources
+// (input_layout): the pass and the products read their inputs with 4-byte copies, which can gather them.
+constexpr int64_t kBuiltInputsMinSeqs = 5;
+static_assert(!kernels::mma_window(true, 8) && kMmaMinSeqs == 5, "built inputs from the bucket of 8 on");
 // Floats allocated past W, V, x, h and delta_out for the window copies (wgmma_product's WindowCopies and
 // RowWindowCopies, and weight_pass_mma, read up to 3 past a row).
 constexpr int64_t kWindowSlack = 4;
@@ -65,8 +64,7 @@ int32_t pack_source(int64_t src, int kind) {
 }
 
 // What a row of the x ring holds (one sequence, one step) and what assemble_inputs writes into it.
-// Materialised (up to 8 sequences, where the passes read x's rows whole, W0's as 16-byte windows): the
-// inputs, entry i at i. Built (from kBuiltInputsMinSeqs; CudaEngine::built_inputs): the step's sources,
+// Materialised (up to 4 sequences, where the FMA passes read x's rows whole): the inputs, entry i at i. Built (from kBuiltInputsMinSeqs; CudaEngine::built_inputs): the step's sources,
 // kappa(h(s-1)) once per hidden entry in h's layout, then the other inputs (frame pixels, x(s-1)'s signal,
 // 1s) in input order; index places every input in that row, and W0's pass (up to 64 sequences) and
 // products (above) gather their inputs through it. Why: 84% of small's inputs are copies of a hidden value

@@ -55,14 +55,15 @@ constexpr int kMmaLead = 4;  // input columns staged before a chunk's (a tile's 
 // read at each sequence's own phase, cost more in shared-memory bank conflicts than they saved.)
 // Why: 4-byte copies of each W and V entry, and 4-byte write-backs, were most of the pass's
 // instructions (benchmarks/NOTES.md).
-// Where they are used: W0's rows up to 8 sequences. They took W0's rows up to 16 (H100, against the 4-byte
+// Where they are used: nowhere since the inputs are gathered from the step's sources. They took W0's rows up to 16 (H100, against the 4-byte
 // copies: workbench W0 pass 150 -> 143 us at 13 sequences, 154 -> 147 at 16, equal at 8; small at 16 +3%
 // frames/s, med +1.1%, LARGE +1.8%) until the inputs were gathered from the step's sources (CudaEngine's
 // input_layout), which 4-byte copies can do and windows cannot: in the bucket of 16, gathered 4-byte copies
-// against windows of x gave small 9 -1.2%, 12 -0.3%, 16 +1.1%, med 16 +5.0%, LARGE 16 +3.7%. At 32 and 64
+// against windows of x gave small 9 -1.2%, 12 -0.3%, 16 +1.1%, med 16 +5.0%, LARGE 16 +3.7%; in the bucket of 8,
+// small 5 -0.4%, 6 -0.2%, 8 +0.5%, med 8 +2.9%, LARGE 8 +3.8%. At 32 and 64
 // sequences windows were 2-4% slower, and W1's rows of 50 entries (two chunks, both at a row's edge) 5-16%
 // slower: those keep the 4-byte copies.
-__host__ __device__ constexpr bool mma_window(bool w0_rows, int bucket) { return w0_rows && bucket <= 8; }
+__host__ __device__ constexpr bool mma_window(bool w0_rows, int bucket) { return w0_rows && bucket < 8; }
 template <class Row, int NS>
 constexpr bool kMmaWindow = mma_window(std::is_same<Row, RowW0>::value, NS);
 __host__ __device__ constexpr int64_t mma_chunks(int64_t len, bool window) { return (len + (window ? 3 : 0) + kMmaCols - 1) / kMmaCols; }

@@ -28,7 +28,7 @@ struct StepArgs {
     const int64_t *x_off, *y_off, *h_off, *w0_off, *w1_off, *h_bias, *raw_dst, *raw_src, *target_src;
     const int64_t* baseline_src;       // per output: the x(s-2) entry copy-last-frame predicts it with, -1 above layer 0
     const int32_t* x_gather;          // per entry of an x ring row: its source index | its XSource << kGatherKindShift
-    const int32_t* x_index;           // from 9 sequences, per input entry: its place in a ring row (the row holds
+    const int32_t* x_index;           // from 5 sequences, per input entry: its place in a ring row (the row holds
                                       // the step's sources; W0's pass and products gather x through this), else null
     const int32_t* y_unit;
     float *weights, *velocity, *x, *h, *y;
@@ -57,7 +57,7 @@ __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(
 // Element-wise kernels use a 2-D grid: x over the elements of one sequence, y over sequences.
 __device__ __forceinline__ int64_t seq_index() { return blockIdx.y; }
 
-// x(s) of every sequence: the compressed frame, kappa(h(s-1)), x(s-1)'s new signal, or 1 (§3.4). From 9
+// x(s) of every sequence: the compressed frame, kappa(h(s-1)), x(s-1)'s new signal, or 1 (§3.4). From 5
 // sequences (CudaEngine::built_inputs) a ring row holds the step's sources instead: kappa(h(s-1)) once per
 // hidden entry, then the other inputs; x_gather lists them, and W0's pass and products gather x (x_index).
 // A thread per (ring row entry, group of kGatherSeqs sequences): the entry's packed source (x_gather:
