@@ -75,9 +75,6 @@ auto by_bucket(int64_t n, F&& f) {
 int64_t mma_slots(int64_t n) {
     return by_bucket(n, [](auto bucket) { return slots<decltype(bucket)::value>(); });
 }
-bool mma_window_of(int64_t n) {
-    return by_bucket(n, [](auto bucket) { return mma_window(true, decltype(bucket)::value); });
-}
 
 void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, int64_t n) {
     by_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value>(a, blocks, n_blocks); });
@@ -137,8 +134,7 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
         n_blocks = static_cast<int64_t>(host_blocks.size() / 3);
     } else {
         const MmaBlocks mb = mma_blocks(kUnits, ver.split ? mma_slots(n) : 0, [](int64_t) { return kHidden; },
-                                        [&](int64_t u) { return L.x_off[u + 1] - L.x_off[u]; },
-                                        mma_window_of(n));
+                                        [&](int64_t u) { return L.x_off[u + 1] - L.x_off[u]; });
         host_blocks = mb.list;
         n_blocks = static_cast<int64_t>(host_blocks.size() / kMmaBlockInts);
         a.mma_partial = dev.put(std::vector<float>(mb.most_parts * n * kUnits * kHidden, 0.0f));

@@ -41,10 +41,9 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9, kHiddenProductSeqs = 5;
 // From this many sequences (every weight_pass_mma bucket and the products) the x ring holds each step's sources
 // (input_layout): the pass and the products read their inputs with 4-byte copies, which can gather them.
-constexpr int64_t kBuiltInputsMinSeqs = 5;
-static_assert(!kernels::mma_window(true, 8) && kMmaMinSeqs == 5, "built inputs from the bucket of 8 on");
+constexpr int64_t kBuiltInputsMinSeqs = kMmaMinSeqs;
 // Floats allocated past W, V, x, h and delta_out for the window copies (wgmma_product's WindowCopies and
-// RowWindowCopies, and weight_pass_mma, read up to 3 past a row).
+// RowWindowCopies read up to 3 past a row).
 constexpr int64_t kWindowSlack = 4;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
@@ -183,12 +182,6 @@ int64_t mma_slots(int64_t n, int device) {
     return int64_t{per_sm} * sms;
 }
 
-// Whether the W0 pass of n sequences uses window copies (kernels::kMmaWindow): its chunk count.
-bool mma_window_w0(int64_t n) {
-    bool window = false;
-    by_mma_bucket(n, [&](auto bucket) { window = kernels::kMmaWindow<kernels::RowW0, decltype(bucket)::value>; });
-    return window;
-}
 
 template <class Row>
 void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
@@ -288,12 +281,12 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         if (n <= kMmaW1MaxSeqs) allow_mma_shared<kernels::RowW1>(n);
         const kernels::MmaBlocks w0 = kernels::mma_blocks(
             t.n_units, mma_slots<kernels::RowW0>(n, device_), [&](int64_t) { return t.hidden; },
-            [&](int64_t u) { return t.inputs(u); }, mma_window_w0(n));
+            [&](int64_t u) { return t.inputs(u); });
         w0_rows_ = DeviceBuffer<int32_t>(w0.list);
         mma_partial_ = DeviceBuffer<float>(w0.most_parts > 1 ? w0.most_parts * n * t.n_units * t.hidden : 1);
         mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(w0.groups, 0));
         w1_rows_ = DeviceBuffer<int32_t>(kernels::mma_blocks(  // W1's rows of H+1 (or H+1+H|ctx|): not split
-            t.n_units, 0, [&](int64_t u) { return t.outputs(u); }, [&](int64_t u) { return t.hidden_len(u); }, false).list);
+            t.n_units, 0, [&](int64_t u) { return t.outputs(u); }, [&](int64_t u) { return t.hidden_len(u); }).list);
     } else if (n > 1 && n < kMmaMinSeqs) {
         const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w0_rows_ = DeviceBuffer<int32_t>(row_blocks(

@@ -41,52 +41,14 @@ constexpr int kMmaSteps = 4;                                // 8-column k-steps 
 constexpr int kMmaWarpSteps = kMmaSteps / kMmaSlots;        // of them, per warp
 constexpr int kMmaCols = 8 * kMmaSteps;                     // 32 columns per chunk
 constexpr int kMmaStride = kMmaCols + 8;                    // staged row stride: conflict-free fragment reads
-constexpr int kMmaGroups = kMmaCols / 4;                    // 16-byte groups of a row's chunk
-constexpr int kMmaLead = 4;  // input columns staged before a chunk's (a tile's columns start up to 3 before it)
-
-// Window copies: every row is staged as aligned 16-byte groups. Row r's chunk i holds its columns
-// [32 i - d, 32 i + 32 - d), where d is the phase of the row's first entry (float_phase: 0-3), so that
-// the chunk starts on 16 bytes; the columns before 0 and from len on are masked in the forward and not
-// written back. So a row of len entries takes mma_chunks(len, true) chunks. The rows of one phase share the
-// input columns; the block's rows are ordered so that each 16-row tile holds rows of one phase (a
-// unit's rows are len apart: with len odd the phase cycles through 4 values, so every 4th row is one
-// tile's, with len = 2 mod 4 through 2). The inputs of chunk i are staged from column 32 i - kMmaLead
-// with 4-byte copies, and a tile reads them from its phase on. (16-byte windows of the inputs as well,
-// read at each sequence's own phase, cost more in shared-memory bank conflicts than they saved.)
-// Why: 4-byte copies of each W and V entry, and 4-byte write-backs, were most of the pass's
-// instructions (benchmarks/NOTES.md).
-// Where they are used: nowhere since the inputs are gathered from the step's sources. They took W0's rows up to 16 (H100, against the 4-byte
-// copies: workbench W0 pass 150 -> 143 us at 13 sequences, 154 -> 147 at 16, equal at 8; small at 16 +3%
-// frames/s, med +1.1%, LARGE +1.8%) until the inputs were gathered from the step's sources (CudaEngine's
-// input_layout), which 4-byte copies can do and windows cannot: in the bucket of 16, gathered 4-byte copies
-// against windows of x gave small 9 -1.2%, 12 -0.3%, 16 +1.1%, med 16 +5.0%, LARGE 16 +3.7%; in the bucket of 8,
-// small 5 -0.4%, 6 -0.2%, 8 +0.5%, med 8 +2.9%, LARGE 8 +3.8%. At 32 and 64
-// sequences windows were 2-4% slower, and W1's rows of 50 entries (two chunks, both at a row's edge) 5-16%
-// slower: those keep the 4-byte copies.
-__host__ __device__ constexpr bool mma_window(bool w0_rows, int bucket) { return w0_rows && bucket < 8; }
-template <class Row, int NS>
-constexpr bool kMmaWindow = mma_window(std::is_same<Row, RowW0>::value, NS);
-__host__ __device__ constexpr int64_t mma_chunks(int64_t len, bool window) { return (len + (window ? 3 : 0) + kMmaCols - 1) / kMmaCols; }
-
-// Where input row `row` (x(s) of sequence row, or x(s-2) of row - NS) has the chunk's column cc in a
-// stage. With window copies (cc from -kMmaLead): rows 4-7 of every 8 one float further on, so that the
-// forward's reads (8 rows x columns 2t, two 4-byte loads: the tile's phase may be odd) and the update's
-// (sequences 8j+t x column g) fall in 32 different banks whatever the phase. Without, the forward reads
-// each pair as one 8-byte load, as before the windows (4-byte loads there, with another input-copy loop,
-// left the pass 2-4% slower at 32 and 64 sequences).
-template <bool kWindow>
-__host__ __device__ constexpr int mma_input_at(int row, int cc) {
-    return kWindow ? row * kMmaStride + kMmaLead + cc + ((row >> 2) & 1) : row * kMmaStride + cc;
-}
-
-// Rows of one phase in a block of rows len entries apart: every period-th row, period = 1 << log2_period.
-__host__ __device__ constexpr int mma_log2_period(int64_t len) { return len % 4 == 0 ? 0 : len % 4 == 2 ? 1 : 2; }
-// The block row staged as row R (tile R / 16, its row R % 16): 4 / period tiles per phase (shifts, not
-// divisions: this runs in every block's setup).
-__device__ __forceinline__ int mma_block_row(int R, int log2_period) {
-    const int tile = R / 16, class_tiles_log2 = 2 - log2_period;
-    return (tile >> class_tiles_log2) + ((16 * (tile & ((1 << class_tiles_log2) - 1)) + R % 16) << log2_period);
-}
+// Where an input row (x(s) of sequence row, or x(s-2) of row - NS) has the chunk's column cc in a stage: the
+// forward reads each pair of columns as one 8-byte load.
+__host__ __device__ constexpr int mma_input_at(int row, int cc) { return row * kMmaStride + cc; }
+// The chunks of a row of len entries.
+__host__ __device__ constexpr int64_t mma_chunks(int64_t len) { return (len + kMmaCols - 1) / kMmaCols; }
+// (16-byte windows of W0's rows, staged from each row's own phase with the rows of one phase in one tile, took
+// the pass up to 16 sequences from 2026-11-26 until the inputs were gathered from the step's sources, which
+// 4-byte copies can do and windows cannot; benchmarks/NOTES.md has both measurements.)
 
 // v rounded to TF32 (10 mantissa bits), to nearest with ties away from zero, as cvt.rna.tf32.f32 rounds
 // finite values: half an ulp of TF32 added to the magnitude bits, then the 13 low bits cleared. Two
@@ -142,8 +104,8 @@ struct MmaBlocks {
     int64_t groups = 0, most_parts = 1;
 };
 template <class Rows, class Length>
-MmaBlocks mma_blocks(int64_t n_units, int64_t slots, Rows rows, Length length, bool window) {
-    const auto chunks_of = [&](int64_t u) { return mma_chunks(length(u), window); };
+MmaBlocks mma_blocks(int64_t n_units, int64_t slots, Rows rows, Length length) {
+    const auto chunks_of = [&](int64_t u) { return mma_chunks(length(u)); };
     int64_t total = 0;
     for (int64_t u = 0; u < n_units; ++u) total += (rows(u) + kMmaRows - 1) / kMmaRows * chunks_of(u);
     const int64_t max_chunks = slots > 0 ? std::max<int64_t>(1, (total + slots - 1) / slots) : total + 1;
@@ -166,11 +128,10 @@ MmaBlocks mma_blocks(int64_t n_units, int64_t slots, Rows rows, Length length, b
 
 // Blocks listed by the host as mma_blocks makes them, at most kMmaRows rows; NS a multiple of 8
 // with n_seq <= NS (spare sequences staged as zeros with lr*delta 0: they add nothing). Launched with
-// mma_shared_bytes<NS>() of dynamic shared memory. Chunks of kMmaCols columns (window copies where kMmaWindow)
-// stream through kMmaStages stages (cp.async): chunk i+2's W, V and inputs are in flight while chunk i
-// is computed (W and V loaded into registers one chunk ahead left the pass latency-bound: 190-220 us for
-// small's W0 at 4-32 sequences, 1.1 TB/s). W, V and the inputs are read up to 3 floats past their ends:
-// their allocations carry that slack.
+// mma_shared_bytes<NS>() of dynamic shared memory. Chunks of kMmaCols columns stream through kMmaStages
+// stages (cp.async): chunk i+2's W, V and inputs are in flight while chunk i is computed (W and V loaded
+// into registers one chunk ahead left the pass latency-bound: 190-220 us for small's W0 at 4-32 sequences,
+// 1.1 TB/s).
 template <class Row, int NS>
 __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma(StepArgs a, const int32_t* __restrict__ blocks) {
     static_assert(NS % 8 == 0 && NS >= 8, "sequences in tiles of 8");
@@ -187,34 +148,11 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     const int64_t len = Row::length(a, u), first = Row::first_row(a, u);
     float* __restrict__ W = a.weights + Row::weight_base(a, first + r_begin, u, len);  // the block's rows, len apart
     float* __restrict__ V = a.velocity + (W - a.weights);
-    constexpr bool kWindow = kMmaWindow<Row, NS>;
-    const int64_t all_chunks = mma_chunks(len, kWindow);  // this block's: [c_begin, n_chunks)
+    const int64_t all_chunks = mma_chunks(len);  // this block's: [c_begin, n_chunks)
     const int64_t c_begin = part * all_chunks / parts, n_chunks = (part + 1) * all_chunks / parts;
-    // Without window copies, every row has phase 0 and the rows keep their order.
-    const int log2_period = kWindow ? mma_log2_period(len) : 0, w_phase = float_phase(W), len4 = static_cast<int>(len % 4);
-    const auto phase_of = [&](int R) {
-        return kWindow ? (w_phase + (mma_block_row(R, log2_period) & ((1 << log2_period) - 1)) * len4) & 3 : 0;
-    };
     const int col = static_cast<int>(threadIdx.x % kMmaCols), lane_row = static_cast<int>(threadIdx.x / kMmaCols);
     constexpr int kPass = kMmaThreads / kMmaCols;
 
-    // This thread's W and V groups: staged row R = e / kMmaGroups, group j = e % kMmaGroups for
-    // e = thread + c * threads. Block row r = mma_block_row(R) with phase d: the group's first column at
-    // chunk 0 is 4 j - d, at W + r len - d + 4 j (16-byte aligned).
-    constexpr int kWVCopies = kMmaRows * kMmaGroups / kMmaThreads;
-    static_assert(kWVCopies * kMmaThreads == kMmaRows * kMmaGroups, "whole copies");
-    int64_t wv_at[kWVCopies];
-    int wv_col[kWVCopies], wv_dst[kWVCopies];
-    uint32_t wv_live = 0;  // bit c: copy c's row is one of the block's
-#pragma unroll
-    for (int c = 0; c < (kWindow ? kWVCopies : 0); ++c) {
-        const int e = static_cast<int>(threadIdx.x) + c * kMmaThreads, R = e / kMmaGroups, j = e % kMmaGroups;
-        const int r = mma_block_row(R, log2_period);
-        wv_col[c] = 4 * j - phase_of(R);
-        wv_at[c] = r * len + wv_col[c];
-        wv_dst[c] = R * kMmaStride + 4 * j;
-        if (r < rows) wv_live |= 1u << c;
-    }
     // Chunk i into stage i % kMmaStages: W, V of the live rows (past the row's end as zeros), then the
     // inputs (sequences past n_seq and columns outside the row as zeros); then a group is committed.
     // In the bucket of 8 (5 to 8 sequences, run as a chained step: dependent_launch.cuh), the first
@@ -225,21 +163,11 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     const auto fetch_wv = [&](int64_t i) {
         if (i >= n_chunks) return;
         float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>();
-        if constexpr (kWindow) {
-#pragma unroll
-            for (int c = 0; c < kWVCopies; ++c) {
-                if (!((wv_live >> c) & 1u)) continue;
-                const bool ok = kMmaCols * i + wv_col[c] < len;
-                copy_async16(st + wv_dst[c], ok ? W + wv_at[c] + kMmaCols * i : a.weights, ok);
-                copy_async16(st + kMmaRows * kMmaStride + wv_dst[c], ok ? V + wv_at[c] + kMmaCols * i : a.velocity, ok);
-            }
-        } else {
-            const bool col_ok = kMmaCols * i + col < len;
-            for (int r = lane_row; r < rows; r += kPass) {
-                const int64_t at = col_ok ? r * len + kMmaCols * i + col : 0;
-                copy_async4(st + r * kMmaStride + col, W + at, col_ok);
-                copy_async4(st + (kMmaRows + r) * kMmaStride + col, V + at, col_ok);
-            }
+        const bool col_ok = kMmaCols * i + col < len;
+        for (int r = lane_row; r < rows; r += kPass) {
+            const int64_t at = col_ok ? r * len + kMmaCols * i + col : 0;
+            copy_async4(st + r * kMmaStride + col, W + at, col_ok);
+            copy_async4(st + (kMmaRows + r) * kMmaStride + col, V + at, col_ok);
         }
     };
     if constexpr (kEarlyWV)
@@ -251,23 +179,19 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     const float* __restrict__ in = Row::input(a, cur, 0, u);
     const float* __restrict__ in_old = Row::input(a, old, 0, u);
     const int64_t stride = Row::input(a, cur, 1, u) - in;
-    // Built inputs (never with window copies): this thread's column's place in a row, read a chunk ahead
+    // Built inputs: this thread's column's place in a row, read a chunk ahead
     // (fetch_inputs runs in chunk order) so that the copies do not wait for it.
     const int32_t* __restrict__ index = Row::input_index(a, u);
     int32_t next_place = index && kMmaCols * c_begin + col < len ? index[kMmaCols * c_begin + col] : 0;
     const float lr = a.unit_lr[u], mu = a.unit_mu[u], inv_n = 1.0f / static_cast<float>(n);
     const bool active = !(lr == 0.0f && mu == 0.0f);
-    // This lane's two staged rows (g and g+8 of the warp's tile) and their block rows; a row past the
-    // block's end computes on whatever its shared rows hold and is not written back (rows of a product
-    // do not mix). The tile's rows share a phase.
-    const int row0 = mma_block_row(16 * tile + g, log2_period), row1 = mma_block_row(16 * tile + g + 8, log2_period);
+    // This lane's two staged rows (g and g+8 of the warp's tile); a row past the block's end computes on
+    // whatever its shared rows hold and is not written back (rows of a product do not mix).
+    const int row0 = 16 * tile + g, row1 = 16 * tile + g + 8;
     const bool live0 = row0 < rows, live1 = row1 < rows;
-    const int tile_phase = phase_of(16 * tile);
-    // Where the lane reads its inputs in a stage (the tile's columns start tile_phase before the chunk's).
-    // Forward: sequence 8j + g at columns 2t, 2t+1 of a k-step; update: sequences 8j + t and 8j + t + 4 of
-    // x(s-2) at column g.
-    const int x_fwd = mma_input_at<kWindow>(g, 2 * t - tile_phase), x_upd = mma_input_at<kWindow>(NS + t, g - tile_phase);
-    const int x_upd4 = mma_input_at<kWindow>(NS + t + 4, g - tile_phase);
+    // Where the lane reads its inputs in a stage. Forward: sequence 8j + g at columns 2t, 2t+1 of a k-step;
+    // update: sequences 8j + t and 8j + t + 4 of x(s-2) at column g.
+    const int x_fwd = mma_input_at(g, 2 * t), x_upd = mma_input_at(NS + t, g), x_upd4 = mma_input_at(NS + t + 4, g);
 
     // The update's A operand, lr*delta[row, sequence], split once: (g, 8j+t), (g+8, 8j+t), (g, 8j+t+4), (g+8, 8j+t+4).
     Split ld[NT][4];
@@ -290,7 +214,7 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         if (i < n_chunks) {
             float* xs = smem + (i % kMmaStages) * mma_stage_floats<NS>() + 2 * kMmaRows * kMmaStride;
             const int64_t c0 = kMmaCols * i;
-            // x(s) rows 0..NS-1, x(s-2) rows NS..2NS-1: the chunk's columns, then the kMmaLead before them.
+            // x(s) rows 0..NS-1, x(s-2) rows NS..2NS-1: the chunk's columns.
             const bool col_ok = c0 + col < len;
             int64_t column = c0 + col;  // the column's place in a row
             if (index) {
@@ -301,17 +225,8 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
             for (int q = lane_row; q < NS; q += kPass) {
                 const bool valid = col_ok && q < n;
                 const int64_t at = valid ? q * stride + column : 0;
-                copy_async4(xs + mma_input_at<kWindow>(q, col), in + at, valid);
-                copy_async4(xs + mma_input_at<kWindow>(NS + q, col), in_old + at, valid);
-            }
-#pragma unroll
-            for (int e0 = 0; e0 < (kWindow ? 2 * NS * kMmaLead : 0); e0 += kMmaThreads) {
-                const int e = e0 + static_cast<int>(threadIdx.x);
-                if ((2 * NS * kMmaLead) % kMmaThreads != 0 && e >= 2 * NS * kMmaLead) break;
-                const int row = e / kMmaLead, q = row % NS, cc = e % kMmaLead - kMmaLead;
-                const bool ok = q < n && c0 + cc >= 0 && c0 + cc < len;
-                const float* x = (row < NS ? in : in_old) + q * stride + c0 + cc;
-                copy_async4(xs + mma_input_at<kWindow>(row, cc), ok ? x : a.x, ok);
+                copy_async4(xs + mma_input_at(q, col), in + at, valid);
+                copy_async4(xs + mma_input_at(NS + q, col), in_old + at, valid);
             }
         }
         copy_async_commit();
@@ -332,11 +247,7 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>();
         float* ws = st;
         float* vs = st + kMmaRows * kMmaStride;
-        const float* xs = st + 2 * kMmaRows * kMmaStride;
-        // The tile's first column of this chunk; in the first and last chunks the columns outside the row
-        // read other rows' W and inputs: the forward takes those W as 0.
-        const int64_t c0 = kMmaCols * i - tile_phase;
-        const bool edge = kWindow && (c0 < 0 || c0 + kMmaCols > len);  // (without windows, W past the row is 0)
+        const float* xs = st + 2 * kMmaRows * kMmaStride;  // (W and inputs past a row's end are staged as 0)
 #pragma unroll
         for (int k = 0; k < kMmaWarpSteps; ++k) {
             const int col0 = 8 * (slot + kMmaSlots * k);
@@ -347,24 +258,13 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
             float2* v1p = reinterpret_cast<float2*>(vs + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
             const float2 w0 = *w0p, w1 = *w1p;
             const float w[4] = {w0.x, w0.y, w1.x, w1.y};
-            float wf[4] = {w[0], w[1], w[2], w[3]};  // the forward's W
-            if (edge) {
-                const int64_t c = c0 + col0 + 2 * t;
-                const bool in0 = c >= 0 && c < len, in1 = c + 1 >= 0 && c + 1 < len;
-                wf[0] = in0 ? wf[0] : 0.0f;
-                wf[1] = in1 ? wf[1] : 0.0f;
-                wf[2] = in0 ? wf[2] : 0.0f;
-                wf[3] = in1 ? wf[3] : 0.0f;
-            }
             // Forward: A = W (k index t: column 2t, t+4: column 2t+1), B = x(s)[sequence 8j+g][those columns].
-            const Split wa[4] = {split(wf[0]), split(wf[2]), split(wf[1]), split(wf[3])};
+            const Split wa[4] = {split(w[0]), split(w[2]), split(w[1]), split(w[3])};
             float grad[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const float* xf = xs + x_fwd + 8 * j * kMmaStride + col0;
-                float2 xv;
-                if constexpr (kWindow) xv = make_float2(xf[0], xf[1]);
-                else xv = *reinterpret_cast<const float2*>(xf);
+                const float2 xv = *reinterpret_cast<const float2*>(xf);
                 const Split xb[2] = {split(xv.x), split(xv.y)};
                 mma_3xtf32(acc[j], wa, xb);
                 // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequence 8j+t, 8j+t+4][column col0+g].
@@ -387,51 +287,18 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
                 *v1p = make_float2(vn[2], vn[3]);
             }
         }
-        // Every warp's update of the chunk is in the stage: the block writes its rows back, with window
-        // copies as the 16-byte groups it copied (whole groups as 16-byte stores, the columns of a group
-        // outside the row not at all), else as whole 32-float segments (each lane storing its own fragment
-        // wrote 3.2 L2 sectors per 32 bytes). A unit not yet enabled: its V is zeroed where it is not.
+        // Every warp's update of the chunk is in the stage: the block writes its rows back as whole 32-float
+        // segments (each lane storing its own fragment wrote 3.2 L2 sectors per 32 bytes). A unit not yet
+        // enabled: its V is zeroed where it is not.
         __syncthreads();
-        if constexpr (!kWindow) {
-            const bool col_ok = kMmaCols * i + col < len;
-            for (int r = lane_row; r < rows && col_ok; r += kPass) {
-                const int64_t at = r * len + kMmaCols * i + col;
-                if (active) {
-                    W[at] = ws[r * kMmaStride + col];
-                    V[at] = vs[r * kMmaStride + col];
-                } else if (vs[r * kMmaStride + col] != 0.0f) {
-                    V[at] = 0.0f;
-                }
-            }
-        }
-#pragma unroll
-        for (int c = 0; c < (kWindow ? kWVCopies : 0); ++c) {
-            if (!((wv_live >> c) & 1u)) continue;
-            const int64_t gc = kMmaCols * i + wv_col[c];  // the group's first column
-            if (gc >= len) continue;
-            float* wg = W + wv_at[c] + kMmaCols * i;
-            float* vg = V + wv_at[c] + kMmaCols * i;
-            const float4 wn = *reinterpret_cast<const float4*>(ws + wv_dst[c]);
-            const float4 vn = *reinterpret_cast<const float4*>(vs + wv_dst[c]);
-            if (gc >= 0 && gc + 4 <= len) {
-                if (active) {
-                    store16(wg, wn);
-                    store16(vg, vn);
-                } else if (vn.x != 0.0f || vn.y != 0.0f || vn.z != 0.0f || vn.w != 0.0f) {
-                    store16(vg, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-                }
-            } else {
-                const float wv[4] = {wn.x, wn.y, wn.z, wn.w}, vv[4] = {vn.x, vn.y, vn.z, vn.w};
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    if (gc + k < 0 || gc + k >= len) continue;
-                    if (active) {
-                        wg[k] = wv[k];
-                        vg[k] = vv[k];
-                    } else if (vv[k] != 0.0f) {
-                        vg[k] = 0.0f;
-                    }
-                }
+        const bool col_ok = kMmaCols * i + col < len;
+        for (int r = lane_row; r < rows && col_ok; r += kPass) {
+            const int64_t at = r * len + kMmaCols * i + col;
+            if (active) {
+                W[at] = ws[r * kMmaStride + col];
+                V[at] = vs[r * kMmaStride + col];
+            } else if (vs[r * kMmaStride + col] != 0.0f) {
+                V[at] = 0.0f;
             }
         }
     }
