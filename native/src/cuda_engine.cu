@@ -63,10 +63,11 @@ int32_t pack_source(int64_t src, int kind) {
 }
 
 // What a row of the x ring holds (one sequence, one step) and what assemble_inputs writes into it.
-// Materialised (up to 4 sequences, where the FMA passes read x's rows whole): the inputs, entry i at i. Built (from kBuiltInputsMinSeqs; CudaEngine::built_inputs): the step's sources,
-// kappa(h(s-1)) once per hidden entry in h's layout, then the other inputs (frame pixels, x(s-1)'s signal,
-// 1s) in input order; index places every input in that row, and W0's pass (up to 64 sequences) and
-// products (above) gather their inputs through it. Why: 84% of small's inputs are copies of a hidden value
+// Materialised (up to 4 sequences, where the FMA passes read x's rows whole): the inputs, entry i at i.
+// Built (from kBuiltInputsMinSeqs; CudaEngine::built_inputs): the step's sources, kappa(h(s-1)) once per
+// hidden entry in h's layout, then the other inputs (frame pixels, x(s-1)'s signal, 1s) in input order;
+// index places every input in that row, and W0's pass (up to 64 sequences) and products (above) gather
+// their inputs through it. Why: 84% of small's inputs are copies of a hidden value
 // (each copied to about 18 inputs), so the row is 5x shorter than x, and the gather's write and W0's two
 // reads of it (about 45% of a step at 256 sequences) shrink with it; the row of 256 sequences (60 MB for
 // small) stays mostly in L2.
@@ -181,7 +182,6 @@ int64_t mma_slots(int64_t n, int device) {
     PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return int64_t{per_sm} * sms;
 }
-
 
 template <class Row>
 void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
