@@ -437,11 +437,6 @@ __device__ __forceinline__ void copy_async16(float* dst, const float* src, bool 
     const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
 }
-// A 16-byte global store (p 16-byte aligned) kept whole: a float4 assigned through a pointer the
-// compiler cannot prove aligned was split into four 4-byte stores (4 times the L2 store traffic).
-__device__ __forceinline__ void store16(float* p, float4 v) {
-    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
-}
 // Where p lies within its 16 bytes, in floats (0-3): the allocations are 256-byte aligned, so this is its
 // index mod 4.
 __device__ __forceinline__ int float_phase(const float* p) { return static_cast<int>((reinterpret_cast<uintptr_t>(p) / sizeof(float)) % 4); }
