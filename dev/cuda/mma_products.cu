@@ -206,8 +206,7 @@ int main(int argc, char** argv) {
         using WgNarrow = WgmmaShape<64, 8, 5, 4>;
         using WgNarrowDeep = WgmmaShape<64, 16, 4, 3>;
         using WgNarrowShort = WgmmaShape<64, 8, 3, 4>;
-        using WgmmaWindow = WgmmaShape<128, 16, 4, 2, true>;  // the W0 forward's on sm_90a before x was gathered
-        ok &= bench<W0Forward, MmaWide, MmaWideFew, WgmmaWindow, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
+        ok &= bench<W0Forward, MmaWide, MmaWideFew, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
             "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_stride), 2.0 * N * w0, forward_ref(L, S, n, true),
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
         ok &= bench<W0Update, MmaWide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(

@@ -135,9 +135,10 @@ struct IndexedSlabCopies {
         }
     }
 };
-template <class P, bool kAlongK, int kExtent, int kSlab, int kStride, int kThreadCount>
-using BSlabCopies = std::conditional_t<P::kBIndexed, IndexedSlabCopies<kAlongK, kExtent, kSlab, kStride, kThreadCount>,
-                                       SlabCopies<kAlongK, kExtent, kSlab, kStride, kThreadCount>>;
+// The 4-byte copies of an operand: IndexedSlabCopies for an IndexedOperand (kIndexed), else SlabCopies.
+template <bool kIndexed, bool kAlongK, int kExtent, int kSlab, int kStride, int kThreadCount>
+using OperandSlabCopies = std::conditional_t<kIndexed, IndexedSlabCopies<kAlongK, kExtent, kSlab, kStride, kThreadCount>,
+                                             SlabCopies<kAlongK, kExtent, kSlab, kStride, kThreadCount>>;
 
 // An update's tile of a unit not yet learning: only its V is cleared. True when the tile is done so.
 template <int BM, int BN, int kThreadCount, class P>
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     for (int mt = 0; mt < MT; ++mt) live[mt] = m0 + wm + 16 * mt < p.M;
 
     using ACopies = SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount>;
-    using BCopies = BSlabCopies<P, P::kBAlongK, BN, KS, kBStride, kThreadCount>;
+    using BCopies = OperandSlabCopies<P::kBIndexed, P::kBAlongK, BN, KS, kBStride, kThreadCount>;
     const ACopies a_copies(p.A, m0, p.K, p.M);
     const BCopies b_copies(p.B, n0, p.K, p.N);
     const int64_t n_slabs = (p.K + KS - 1) / KS;

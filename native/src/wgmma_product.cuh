@@ -125,13 +125,12 @@ struct IsWindow : std::false_type {};
 template <int E, int S, int T>
 struct IsWindow<WindowCopies<E, S, T>> : std::true_type {};
 
-// The copies of one operand of wgmma_product: 4-byte SlabCopies (IndexedSlabCopies for an IndexedOperand, which
-// has no rows to window), or with window copies (kWindow) 16-byte WindowCopies along k or RowWindowCopies along x.
+// The copies of one operand of wgmma_product: 4-byte OperandSlabCopies, or with window copies (kWindow) 16-byte
+// WindowCopies along k or RowWindowCopies along x (an IndexedOperand has no rows to window).
 template <bool kWindow, bool kIndexed, bool kAlongK, int X, int KS, int kThreadCount>
 struct WgmmaCopies {
-    using Slab = std::conditional_t<kIndexed, IndexedSlabCopies<kAlongK, X, KS, X + 8, kThreadCount>,
-                                    SlabCopies<kAlongK, X, KS, X + 8, kThreadCount>>;
-    using type = std::conditional_t<!kWindow || kIndexed, Slab,
+    static_assert(!(kWindow && kIndexed), "a gathered operand takes 4-byte copies");
+    using type = std::conditional_t<!kWindow, OperandSlabCopies<kIndexed, kAlongK, X, KS, X + 8, kThreadCount>,
                                     std::conditional_t<kAlongK, WindowCopies<X, KS, kThreadCount>, RowWindowCopies<X, KS, kThreadCount>>>;
 };
 
@@ -228,7 +227,6 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     using ACopies = typename WgmmaCopies<kWin, false, P::kAAlongK, BM, KS, kThreadCount>::type;
     using BCopies = typename WgmmaCopies<kWin, P::kBIndexed, P::kBAlongK, BN, KS, kThreadCount>::type;
     static_assert(kAStride == BM + 8 && kBStride == BN + 8, "SlabCopies' rows as WgmmaCopies gives them");
-    static_assert(!kWin || !P::kBIndexed || KS * kBStride <= wgmma_window_floats(BN, KS), "B's slab fits its room in a stage");
     constexpr int kBOffset = !kWin ? KS * kAStride : P::kAAlongK ? BM * (KS + 4) : KS * (BM + 4);  // B's raw slab in a stage
     const ACopies a_copies(p.A, m0, p.K, p.M);
     const BCopies b_copies(p.B, n0, p.K, p.N);
