@@ -43,7 +43,9 @@ constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProduc
 // (input_layout): the pass and the products read their inputs with 4-byte copies, which can gather them.
 constexpr int64_t kBuiltInputsMinSeqs = kMmaMinSeqs;
 // Floats allocated past W, V, x, h and delta_out for the window copies (wgmma_product's WindowCopies and
-// RowWindowCopies read up to 3 past a row).
+// RowWindowCopies read up to 3 past a row). Since weight_pass_mma lost its windows and x is gathered, only
+// the hidden deltas' copies of W1 and delta_out read there; V, x and h keep the slack until a memcheck run
+// on a GPU shows nothing else does.
 constexpr int64_t kWindowSlack = 4;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
