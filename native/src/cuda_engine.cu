@@ -44,8 +44,9 @@ constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProduc
 constexpr int64_t kBuiltInputsMinSeqs = kMmaMinSeqs;
 // Floats allocated past W, V, x, h and delta_out for the window copies (wgmma_product's WindowCopies and
 // RowWindowCopies read up to 3 past a row). Since weight_pass_mma lost its windows and x is gathered, only
-// the hidden deltas' copies of W1 and delta_out read there; V, x and h keep the slack until a memcheck run
-// on a GPU shows nothing else does.
+// the hidden deltas' copies of W1 and delta_out read there, and the updates' L2 prefetch of W and V rounds
+// a row's end up to 16 bytes (prefetch_l2); x and h keep the slack until a memcheck run on a GPU shows
+// nothing else does.
 constexpr int64_t kWindowSlack = 4;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
@@ -318,7 +319,6 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             allow_mma_product_shared<kernels::W0Forward>();
             allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::MmaTilesOneColumn>();
             allow_mma_product_shared<kernels::W0Update>();
-            if (wgmma_) allow_mma_product_shared<kernels::W0Update, kernels::W0Update::WgmmaTiles>();
         }
         if (n > kMmaW1MaxSeqs) {
             w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::MmaTiles::kCols, outputs, seqs, hidden_len));
@@ -440,10 +440,8 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
             launch_product<W1Update>(a, w1_update_, launch);
         mark("w1 update");
     } else {
-        // The W0 update on wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md), on the
-        // same tile list. The W0 forward stays on mma.sync: with x gathered it was ahead of every wgmma shape
-        // tried (W0Forward).
-        static_assert(W0Update::WgmmaTiles::kCols == W0Update::MmaTiles::kCols, "one tile list per product");
+        // All four on mma.sync: with x gathered (W0Forward) and the old state prefetched (W0Update, W1Update)
+        // each was ahead of the wgmma shapes tried (benchmarks/NOTES.md).
         if (a.n_seq > W0Forward::MmaTiles::kCols)
             launch_product<W0Forward>(a, w0_forward_, launch);
         else
@@ -451,10 +449,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         mark("w0 forward");
         launch_product<W1Forward>(a, w1_forward_, launch);
         mark("w1 forward");
-        if (wgmma_)
-            launch_product<W0Update, W0Update::WgmmaTiles>(a, w0_update_, launch);
-        else
-            launch_product<W0Update>(a, w0_update_, launch);
+        launch_product<W0Update>(a, w0_update_, launch);
         mark("w0 update");
         launch_product<W1Update>(a, w1_update_, launch);
         mark("w1 update");

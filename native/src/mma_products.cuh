@@ -26,6 +26,11 @@ namespace pvm {
 namespace kernels {
 
 constexpr int kMmaProductRows = 64;  // rows (m) per block tile
+// An update's tile prefetches its old W and V into L2 (Update::prefetch_old) at the slab kPrefetchK before its
+// last k: the finish's loads then come from L2, not DRAM. Workbench, H200, 256 sequences: W0 update (64 x 128
+// tiles) 281.6 -> 259.7 us, W1 update (64 x 64, 1 x 4 warps) 105.3 -> 96.2; 16 and 64 within 1.5% of 32, at
+// the tile's start 271.3 and 99.7 (benchmarks/NOTES.md).
+constexpr int kPrefetchK = 32;
 
 // Shared memory of one block of shape S: S::kStages slabs of A ([k][m]) and B ([k][n]).
 template <class S>
@@ -196,10 +201,13 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
 
     float acc[MT][NT][4] = {};  // (row g, column 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of fragment (mt, j)
     for (int i = 0; i < kStages - 1; ++i) fetch(i);
+    const int64_t prefetch_at = n_slabs > kPrefetchK / KS ? n_slabs - kPrefetchK / KS : 0;
     for (int64_t i = 0; i < n_slabs; ++i) {
         copy_async_wait<kStages - 2>();  // slab i has landed (this thread's copies) ...
         __syncthreads();                 // ... and every thread's; all are done with slab i-1's stage
         fetch(i + kStages - 1);
+        if constexpr (P::kUpdate)
+            if (i == prefetch_at) p.prefetch_old(m0, n0, BM, BN);
         const float* As = smem + (i % kStages) * mma_product_stage_floats<Shape>();
         const float* Bs = As + KS * kAStride;
 #pragma unroll

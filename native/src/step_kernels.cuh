@@ -437,6 +437,19 @@ __device__ __forceinline__ void copy_async16(float* dst, const float* src, bool 
     const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
 }
+// A hint: bring n floats from p on into L2 (sm_90: one bulk prefetch over the 16-byte chunks that cover them;
+// earlier devices: nothing). The caller's allocation must hold those chunks (W and V: 256-byte aligned, with
+// kWindowSlack floats past the end).
+__device__ __forceinline__ void prefetch_l2(const float* p, int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{15};
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(p + n) + 15) & ~uintptr_t{15};
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(first), "r"(static_cast<unsigned>(end - first)) : "memory");
+#else
+    (void)p;
+    (void)n;
+#endif
+}
 // Where p lies within its 16 bytes, in floats (0-3): the allocations are 256-byte aligned, so this is its
 // index mod 4.
 __device__ __forceinline__ int float_phase(const float* p) { return static_cast<int>((reinterpret_cast<uintptr_t>(p) / sizeof(float)) % 4); }

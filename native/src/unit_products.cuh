@@ -31,6 +31,7 @@ using MmaWideFew = MmaShape<128, 16, 4, 2, 1, 4>;
 static_assert(MmaWideFew::kCols == MmaWide::kCols, "one tile list serves both");
 using MmaNarrow = MmaShape<64, 16, 4, 3>;
 using MmaNarrowQuad = MmaShape<64, 16, 4, 4, 2, 2>;  // 4 warps of 32 x 32
+using MmaNarrowRow = MmaShape<64, 16, 4, 4, 1, 4>;   // 4 warps of 64 x 16
 using MmaNarrowShallow = MmaShape<64, 8, 4, 4>;  // the short W1 forward sums (K = 50)
 
 // A tile shape of wgmma_product (wgmma_product.cuh, sm_90a): one warpgroup per 64 x kCols tile, slabs kSlab
@@ -164,12 +165,22 @@ struct Update {
     __device__ void clear(int64_t m, int64_t n) const {
         if (V[m * N + n] != 0.0f) V[m * N + n] = 0.0f;
     }
+    // The old W and V of a rows x cols tile from (m0, n0) into L2, a few slabs before finish reads them:
+    // thread e takes row e / 2 of W (e even) or V. Why: the finish's loads from DRAM were a quarter of the
+    // (wgmma) W0 update's stall samples at 12 warps per SM (benchmarks/NOTES.md).
+    __device__ void prefetch_old(int64_t m0, int64_t n0, int rows, int cols) const {
+        const int e = static_cast<int>(threadIdx.x), m = e / 2;
+        if (m >= rows || m0 + m >= M) return;
+        const int64_t n = N - n0 < cols ? N - n0 : cols;
+        prefetch_l2((e % 2 ? V : W) + (m0 + m) * N + n0, static_cast<int>(n));
+    }
 };
 
 // W0: m = row < H, n = input i; A = lr * delta_h(s-2) (already scaled), B = x(s-2) gathered from its sources.
+// On mma.sync: with the old W and V prefetched (prefetch_old) it was ahead of wgmma_product's 8-deep slabs
+// (workbench, H200: 259.7 against 279.7 us at 256 sequences, 747 against 764 at 1,024; benchmarks/NOTES.md).
 struct W0Update : Update<IndexedOperand> {
     using MmaTiles = MmaWide;
-    using WgmmaTiles = WgmmaShape<128, 8, 5, 3>;  // on sm_90a
     __device__ W0Update(const StepArgs& args, int64_t unit)
         : Update(args, args.hidden, args.x_off[unit + 1] - args.x_off[unit], args.w0_off[unit], unit) {
         A = {args.lr_delta_hidden + args.h_off[unit], args.h_total, 1};
@@ -177,10 +188,12 @@ struct W0Update : Update<IndexedOperand> {
     }
 };
 
-// W1: m = output j, n = hidden k; A = lr * delta_out(s-2), B = h(s-2).
+// W1: m = output j, n = hidden k; A = lr * delta_out(s-2), B = h(s-2). Above 64 sequences one warp per 16
+// columns, with the old W and V prefetched (workbench, H200, against 2 x 2 warps: 102.6 -> 96.2 us at 256,
+// 279.7 -> 270.7 at 1,024).
 struct W1Update : Update<> {
     static constexpr bool kScaleA = true;
-    using MmaTiles = MmaNarrowQuad;
+    using MmaTiles = MmaNarrowRow;
     using WgmmaTilesFew = WgmmaShape<64, 8, 5, 4>;  // on sm_90a, up to 64 sequences
     __device__ W1Update(const StepArgs& args, int64_t unit)
         : Update(args, args.y_off[unit + 1] - args.y_off[unit], args.h_off[unit + 1] - args.h_off[unit],

@@ -6,7 +6,8 @@
 // Why: mma.sync splits an operand value in every warp that reads it and issues 48 mma per warp and
 // k-step; here every value is split once per block, and a k-step is 3 instructions for the warpgroup.
 // The sums are bit-identical to mma_product's. Measured (dev/cuda/mma_products.cu, H100): ahead for W0's
-// update (8-deep slabs, 5 stages: 286 against 314 us at 256 sequences, 227 against 269 at 128). For W0's
+// update (8-deep slabs, 5 stages: 286 against 314 us at 256 sequences, 227 against 269 at 128) until
+// mma_product prefetched the update's old W and V (H200: 259.7 against 279.7 at 256). For W0's
 // forward the 4-byte copies of unaligned rows and the per-value split, not the multiplies, set the pace
 // (265 against 259 us at 256); window copies (WindowCopies: 16-byte chunks) put it ahead (247 against 266
 // at 256) until x was gathered from the step's sources, which has no rows to window: W0's forward is on
