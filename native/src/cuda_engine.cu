@@ -42,11 +42,10 @@ constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProduc
 // From this many sequences (every weight_pass_mma bucket and the products) the x ring holds each step's sources
 // (input_layout): the pass and the products read their inputs with 4-byte copies, which can gather them.
 constexpr int64_t kBuiltInputsMinSeqs = kMmaMinSeqs;
-// Floats allocated past W, V, x, h and delta_out for the window copies (wgmma_product's WindowCopies and
-// RowWindowCopies read up to 3 past a row). Since weight_pass_mma lost its windows and x is gathered, only
-// the hidden deltas' copies of W1 and delta_out read there, and the updates' L2 prefetch of W and V rounds
-// a row's end up to 16 bytes (prefetch_l2); x and h keep the slack until a memcheck run on a GPU shows
-// nothing else does.
+// Floats allocated past W, V and delta_out for the window copies (wgmma_product's WindowCopies and
+// RowWindowCopies read up to 3 past a row): the hidden deltas' copies of W1 and delta_out, and the updates'
+// L2 prefetch of W and V, which rounds a row's end up to 16 bytes (prefetch_l2). x and h have none since
+// weight_pass_mma lost its windows and x is gathered (compute-sanitizer's memcheck found no read past them).
 constexpr int64_t kWindowSlack = 4;
 constexpr int kW1Lanes = 8;  // lanes per W1 row (rows of H+1 = 50 floats) in the row passes
 
@@ -331,8 +330,8 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
 
     weights_ = DeviceBuffer<float>(t.n_weights, kWindowSlack);
     velocity_ = DeviceBuffer<float>(t.n_weights, kWindowSlack);
-    x_ = DeviceBuffer<float>(3 * n * x_stride_, kWindowSlack);
-    h_ = DeviceBuffer<float>(3 * n * t.h_total, kWindowSlack);
+    x_ = DeviceBuffer<float>(3 * n * x_stride_);
+    h_ = DeviceBuffer<float>(3 * n * t.h_total);
     y_ = DeviceBuffer<float>(3 * n * t.y_total);
     unit_lr_ = DeviceBuffer<float>(t.n_units);
     unit_mu_ = DeviceBuffer<float>(t.n_units);
@@ -741,11 +740,10 @@ void CudaEngine::write(const std::string& name, const float* in) {
     if (name == "x_ring" && built_inputs()) {
         // Each input into its place in the rows of sources; the inputs that copy one hidden value share a
         // place (a ring the engine wrote holds one value there; otherwise the last input's stays). Places no
-        // input has keep their value: the next step's gather writes them before anything reads them.
+        // input has are zeros: nothing reads them (the gather rewrites a slot before a step reads it through
+        // x_index), so the device's old rows need not be copied back first.
         const int64_t rows = kernels::kRing * cfg_.n_seq, X = topo_.x_total;
-        std::vector<float> sources(static_cast<size_t>(rows * x_stride_));
-        PVM_CUDA_CHECK(cudaMemcpyAsync(sources.data(), x_.data(), x_.bytes(), cudaMemcpyDeviceToHost, stream_));
-        PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        std::vector<float> sources(static_cast<size_t>(rows * x_stride_), 0.0f);
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t i = 0; i < X; ++i) sources[r * x_stride_ + x_index_host_[i]] = in[r * X + i];
         PVM_CUDA_CHECK(cudaMemcpy(x_.data(), sources.data(), x_.bytes(), cudaMemcpyHostToDevice));
