@@ -100,6 +100,16 @@ def test_bias_stays_one_and_ring_shift():
     assert np.array_equal(eng.x[6 % 3][:, off : off + P], patch * np.float32(0.8) + np.float32(0.1))
 
 
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 100])
+def test_initial_weights_drawn_in_chunks_equal_one_draw(n):
+    """The chunked draw is the formula of §3.2 on the stream one call to the RNG gives, at any chunk size."""
+    u = np.random.default_rng(3).random(n, dtype=np.float64).astype(np.float32)
+    want = (u - np.float32(0.5)) * np.float32(0.03)
+    for chunk in (1, 3, 8, 1 << 22):
+        got = initial_weights(n, 3, chunk=chunk)
+        assert got.dtype == np.float32 and np.array_equal(got, want), chunk
+
+
 def test_initial_weights_are_seeded_and_in_range():
     a, b, c = initial_weights(1000, 1), initial_weights(1000, 1), initial_weights(1000, 2)
     assert np.array_equal(a, b) and not np.array_equal(a, c)
