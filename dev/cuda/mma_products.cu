@@ -204,6 +204,7 @@ int main(int argc, char** argv) {
         // The engine's shapes (unit_products.cuh) first, then the ones they replaced or beat (benchmarks/NOTES.md).
         using Wide2x4 = MmaShape<128, 16, 4, 2>;
         using Wide2x2 = MmaShape<128, 16, 4, 3, 2, 2>;
+        using MmaNarrowQuad = MmaShape<64, 16, 4, 4, 2, 2>;  // the W1 update's above 64 before prefetch_old
         using Narrow1x2 = MmaShape<64, 16, 4, 6, 1, 2>;
         using Shallow1x4 = MmaShape<64, 8, 4, 4, 1, 4>;
         using WgmmaDeep = WgmmaShape<128, 16, 3, 2>;     // 4-byte copies (the W0 forward's before window copies)

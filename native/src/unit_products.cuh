@@ -30,8 +30,7 @@ using MmaWide = MmaShape<128, 16, 4, 3, 1, 4>;
 using MmaWideFew = MmaShape<128, 16, 4, 2, 1, 4>;
 static_assert(MmaWideFew::kCols == MmaWide::kCols, "one tile list serves both");
 using MmaNarrow = MmaShape<64, 16, 4, 3>;
-using MmaNarrowQuad = MmaShape<64, 16, 4, 4, 2, 2>;  // 4 warps of 32 x 32
-using MmaNarrowRow = MmaShape<64, 16, 4, 4, 1, 4>;   // 4 warps of 64 x 16
+using MmaNarrowRow = MmaShape<64, 16, 4, 4, 1, 4>;  // 4 warps of 64 x 16
 using MmaNarrowShallow = MmaShape<64, 8, 4, 4>;  // the short W1 forward sums (K = 50)
 
 // A tile shape of wgmma_product (wgmma_product.cuh, sm_90a): one warpgroup per 64 x kCols tile, slabs kSlab
@@ -166,13 +165,14 @@ struct Update {
         if (V[m * N + n] != 0.0f) V[m * N + n] = 0.0f;
     }
     // The old W and V of a rows x cols tile from (m0, n0) into L2, a few slabs before finish reads them:
-    // thread e takes row e / 2 of W (e even) or V. Why: the finish's loads from DRAM were a quarter of the
-    // (wgmma) W0 update's stall samples at 12 warps per SM (benchmarks/NOTES.md).
+    // one bulk prefetch per row of W (e even) and of V (e odd), e = 2 * row + which, spread over the block.
+    // Why: the finish's loads from DRAM were a quarter of the (wgmma) W0 update's stall samples at 12 warps
+    // per SM (benchmarks/NOTES.md).
     __device__ void prefetch_old(int64_t m0, int64_t n0, int rows, int cols) const {
-        const int e = static_cast<int>(threadIdx.x), m = e / 2;
-        if (m >= rows || m0 + m >= M) return;
+        const int live = static_cast<int>(M - m0 < rows ? M - m0 : rows);
         const int64_t n = N - n0 < cols ? N - n0 : cols;
-        prefetch_l2((e % 2 ? V : W) + (m0 + m) * N + n0, static_cast<int>(n));
+        for (int e = static_cast<int>(threadIdx.x); e < 2 * live; e += static_cast<int>(blockDim.x))
+            prefetch_l2((e % 2 ? V : W) + (m0 + e / 2) * N + n0, static_cast<int>(n));
     }
 };
 
