@@ -148,8 +148,8 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     const int64_t len = Row::length(a, u), first = Row::first_row(a, u);
     float* __restrict__ W = a.weights + Row::weight_base(a, first + r_begin, u, len);  // the block's rows, len apart
     float* __restrict__ V = a.velocity + (W - a.weights);
-    const int64_t all_chunks = mma_chunks(len);  // this block's: [c_begin, n_chunks)
-    const int64_t c_begin = part * all_chunks / parts, n_chunks = (part + 1) * all_chunks / parts;
+    const int all_chunks = static_cast<int>(mma_chunks(len));  // this block's: [c_begin, n_chunks) (32-bit: a stage is i % 3)
+    const int c_begin = part * all_chunks / parts, n_chunks = (part + 1) * all_chunks / parts;
     const int col = static_cast<int>(threadIdx.x % kMmaCols), lane_row = static_cast<int>(threadIdx.x / kMmaCols);
     constexpr int kPass = kMmaThreads / kMmaCols;
 
@@ -160,14 +160,21 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     // their inputs after. Elsewhere the early copies cost 1-5% (H200: unchained at 16 and 32 sequences,
     // chained or not at 64).
     constexpr bool kEarlyWV = NS == 8;
-    const auto fetch_wv = [&](int64_t i) {
+    // A thread's rows of a chunk are lane_row, lane_row + kPass, ...: one pointer per operand, stepped by kPass
+    // rows (64-bit products and selects per copy were half of the pass's copy instructions).
+    const int64_t row_step = kPass * len;
+    const int64_t v_minus_w = V - W;
+    const auto fetch_wv = [&](int i) {
         if (i >= n_chunks) return;
-        float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>();
+        float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>() + lane_row * kMmaStride + col;
         const bool col_ok = kMmaCols * i + col < len;
-        for (int r = lane_row; r < rows; r += kPass) {
-            const int64_t at = col_ok ? r * len + kMmaCols * i + col : 0;
-            copy_async4(st + r * kMmaStride + col, W + at, col_ok);
-            copy_async4(st + (kMmaRows + r) * kMmaStride + col, V + at, col_ok);
+        const float* src = W + (col_ok ? lane_row * len + kMmaCols * i + col : 0);
+        const int64_t step = col_ok ? row_step : 0;
+#pragma unroll
+        for (int k = 0; k < kMmaRows / kPass; ++k, src += step) {
+            if (lane_row + k * kPass >= rows) break;
+            copy_async4(st + k * kPass * kMmaStride, src, col_ok);
+            copy_async4(st + (kMmaRows + k * kPass) * kMmaStride, src + v_minus_w, col_ok);
         }
     };
     if constexpr (kEarlyWV)
@@ -210,7 +217,7 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-    const auto fetch_inputs = [&](int64_t i) {  // then commits the chunk's group
+    const auto fetch_inputs = [&](int i) {  // then commits the chunk's group
         if (i < n_chunks) {
             float* xs = smem + (i % kMmaStages) * mma_stage_floats<NS>() + 2 * kMmaRows * kMmaStride;
             const int64_t c0 = kMmaCols * i;
@@ -221,26 +228,35 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
                 column = next_place;
                 if (c0 + kMmaCols + col < len) next_place = index[c0 + kMmaCols + col];
             }
-#pragma unroll 4
-            for (int q = lane_row; q < NS; q += kPass) {
-                const bool valid = col_ok && q < n;
-                const int64_t at = valid ? q * stride + column : 0;
-                copy_async4(xs + mma_input_at(q, col), in + at, valid);
-                copy_async4(xs + mma_input_at(NS + q, col), in_old + at, valid);
+            const float* src = in + (col_ok ? lane_row * stride + column : 0);
+            const int64_t old_minus_cur = in_old - in, step = col_ok ? kPass * stride : 0;
+#pragma unroll
+            for (int k = 0; k < NS / kPass; ++k, src += step) {
+                const int q = lane_row + k * kPass;
+                if (q >= n) break;  // (zeroed once, below)
+                copy_async4(xs + mma_input_at(q, col), src, col_ok);
+                copy_async4(xs + mma_input_at(NS + q, col), src + old_minus_cur, col_ok);
             }
         }
         copy_async_commit();
     };
-    const auto fetch = [&](int64_t i) {
+    const auto fetch = [&](int i) {
         fetch_wv(i);
         fetch_inputs(i);
     };
 
+    // The rows of sequences past n_seq are never copied: zeros in every stage, once (the main loop's first
+    // barrier orders these stores before any read).
+    for (int e = threadIdx.x; e < kMmaStages * 2 * (NS - n) * kMmaCols; e += kMmaThreads) {
+        const int c = e % kMmaCols, q = n + (e / kMmaCols) % (NS - n), half = (e / kMmaCols / (NS - n)) % 2;
+        const int stage = e / kMmaCols / (NS - n) / 2;
+        smem[stage * mma_stage_floats<NS>() + 2 * kMmaRows * kMmaStride + mma_input_at(half * NS + q, c)] = 0.0f;
+    }
     for (int i = 0; i < kMmaStages - 1; ++i) {  // (group 0 holds every early W and V)
         if constexpr (!kEarlyWV) fetch_wv(c_begin + i);
         fetch_inputs(c_begin + i);
     }
-    for (int64_t i = c_begin; i < n_chunks; ++i) {
+    for (int i = c_begin; i < n_chunks; ++i) {
         copy_async_wait<kMmaStages - 2>();  // chunk i has landed (this thread's copies) ...
         __syncthreads();                    // ... and every thread's; all are done with chunk i-1's stage
         fetch(i + kMmaStages - 1);
@@ -248,38 +264,47 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         float* ws = st;
         float* vs = st + kMmaRows * kMmaStride;
         const float* xs = st + 2 * kMmaRows * kMmaStride;  // (W and inputs past a row's end are staged as 0)
+        // Both k-steps' products first (no shared stores between them, so the loads of the second can be
+        // issued early), the update's sums in two chains per k-step (even and odd sequence tiles).
+        float wk[kMmaWarpSteps][4], grad[kMmaWarpSteps][2][4];
 #pragma unroll
         for (int k = 0; k < kMmaWarpSteps; ++k) {
             const int col0 = 8 * (slot + kMmaSlots * k);
-            // W and V in the accumulator layout: [0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)].
-            float2* w0p = reinterpret_cast<float2*>(ws + (16 * tile + g) * kMmaStride + col0 + 2 * t);
-            float2* w1p = reinterpret_cast<float2*>(ws + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
-            float2* v0p = reinterpret_cast<float2*>(vs + (16 * tile + g) * kMmaStride + col0 + 2 * t);
-            float2* v1p = reinterpret_cast<float2*>(vs + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
-            const float2 w0 = *w0p, w1 = *w1p;
-            const float w[4] = {w0.x, w0.y, w1.x, w1.y};
-            // Forward: A = W (k index t: column 2t, t+4: column 2t+1), B = x(s)[sequence 8j+g][those columns].
-            const Split wa[4] = {split(w[0]), split(w[2]), split(w[1]), split(w[3])};
-            float grad[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const float2 w0 = *reinterpret_cast<const float2*>(ws + (16 * tile + g) * kMmaStride + col0 + 2 * t);
+            const float2 w1 = *reinterpret_cast<const float2*>(ws + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
+            wk[k][0] = w0.x; wk[k][1] = w0.y; wk[k][2] = w1.x; wk[k][3] = w1.y;
+            const Split wa[4] = {split(wk[k][0]), split(wk[k][2]), split(wk[k][1]), split(wk[k][3])};
+#pragma unroll
+            for (int p = 0; p < 2; ++p)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) grad[k][p][e] = 0.0f;
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const float* xf = xs + x_fwd + 8 * j * kMmaStride + col0;
                 const float2 xv = *reinterpret_cast<const float2*>(xf);
                 const Split xb[2] = {split(xv.x), split(xv.y)};
                 mma_3xtf32(acc[j], wa, xb);
-                // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequence 8j+t, 8j+t+4][column col0+g].
                 const float* xo = xs + 8 * j * kMmaStride + col0;
                 const Split ob[2] = {split(xo[x_upd]), split(xo[x_upd4])};
-                mma_3xtf32(grad, ld[j], ob);
+                mma_3xtf32(grad[k][j % 2], ld[j], ob);
             }
-            if (active) {  // the new W and V replace the old in the stage: each lane writes only what it read
+        }
+        if (active) {
+#pragma unroll
+            for (int k = 0; k < kMmaWarpSteps; ++k) {
+                const int col0 = 8 * (slot + kMmaSlots * k);
+                float2* w0p = reinterpret_cast<float2*>(ws + (16 * tile + g) * kMmaStride + col0 + 2 * t);
+                float2* w1p = reinterpret_cast<float2*>(ws + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
+                float2* v0p = reinterpret_cast<float2*>(vs + (16 * tile + g) * kMmaStride + col0 + 2 * t);
+                float2* v1p = reinterpret_cast<float2*>(vs + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
                 const float2 v0 = *v0p, v1 = *v1p;
                 const float v[4] = {v0.x, v0.y, v1.x, v1.y};
                 float vn[4], wn[4];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    vn[e] = __fmaf_rn(mu, v[e], __fmul_rn(grad[e], inv_n));
-                    wn[e] = __fadd_rn(w[e], vn[e]);
+                    const float gsum = NT > 1 ? __fadd_rn(grad[k][0][e], grad[k][1][e]) : grad[k][0][e];
+                    vn[e] = __fmaf_rn(mu, v[e], __fmul_rn(gsum, inv_n));
+                    wn[e] = __fadd_rn(wk[k][e], vn[e]);
                 }
                 *w0p = make_float2(wn[0], wn[1]);
                 *w1p = make_float2(wn[2], wn[3]);
@@ -291,14 +316,19 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         // segments (each lane storing its own fragment wrote 3.2 L2 sectors per 32 bytes). A unit not yet
         // enabled: its V is zeroed where it is not.
         __syncthreads();
-        const bool col_ok = kMmaCols * i + col < len;
-        for (int r = lane_row; r < rows && col_ok; r += kPass) {
-            const int64_t at = r * len + kMmaCols * i + col;
-            if (active) {
-                W[at] = ws[r * kMmaStride + col];
-                V[at] = vs[r * kMmaStride + col];
-            } else if (vs[r * kMmaStride + col] != 0.0f) {
-                V[at] = 0.0f;
+        if (kMmaCols * i + col < len) {
+            float* dst = W + lane_row * len + kMmaCols * i + col;
+            const float* from = ws + lane_row * kMmaStride + col;
+#pragma unroll
+            for (int k = 0; k < kMmaRows / kPass; ++k, dst += row_step) {
+                if (lane_row + k * kPass >= rows) break;
+                const float w_new = from[k * kPass * kMmaStride], v_new = from[(kMmaRows + k * kPass) * kMmaStride];
+                if (active) {
+                    dst[0] = w_new;
+                    dst[v_minus_w] = v_new;
+                } else if (v_new != 0.0f) {
+                    dst[v_minus_w] = 0.0f;
+                }
             }
         }
     }
