@@ -172,7 +172,10 @@ void allow_mma_shared(int64_t n) {
     });
 }
 
-// Blocks of the pass of n sequences resident at once on the device (its SMs times blocks per SM).
+// The slots that mma_blocks balances the pass of n sequences over: the device's SMs times the blocks resident
+// per SM, but at least two per SM. Where one block fits (33-64 sequences), whole units left a tail: ncu had the
+// SMs busy 73% of small's W0 pass at 64 (265 blocks on 132 SMs); split for two per SM, 64 sequences 279.7 ->
+// 243.9 us (workbench, H200). Three or four per SM, or two where two fit (9-32), were slower.
 template <class Row>
 int64_t mma_slots(int64_t n, int device) {
     int per_sm = 0, sms = 0;
@@ -182,7 +185,7 @@ int64_t mma_slots(int64_t n, int device) {
                                                                      kernels::mma_shared_bytes<NS>()));
     });
     PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return int64_t{per_sm} * sms;
+    return int64_t{std::max(per_sm, 2)} * sms;
 }
 
 template <class Row>
