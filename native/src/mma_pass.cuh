@@ -270,9 +270,11 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
 #pragma unroll
         for (int k = 0; k < kMmaWarpSteps; ++k) {
             const int col0 = 8 * (slot + kMmaSlots * k);
+            // W in the accumulator layout: [0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)].
             const float2 w0 = *reinterpret_cast<const float2*>(ws + (16 * tile + g) * kMmaStride + col0 + 2 * t);
             const float2 w1 = *reinterpret_cast<const float2*>(ws + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
             wk[k][0] = w0.x; wk[k][1] = w0.y; wk[k][2] = w1.x; wk[k][3] = w1.y;
+            // Forward: A = W (k index t: column 2t, t+4: column 2t+1), B = x(s)[sequence 8j+g][those columns].
             const Split wa[4] = {split(wk[k][0]), split(wk[k][2]), split(wk[k][1]), split(wk[k][3])};
 #pragma unroll
             for (int p = 0; p < 2; ++p)
@@ -284,12 +286,13 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
                 const float2 xv = *reinterpret_cast<const float2*>(xf);
                 const Split xb[2] = {split(xv.x), split(xv.y)};
                 mma_3xtf32(acc[j], wa, xb);
+                // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequence 8j+t, 8j+t+4][column col0+g].
                 const float* xo = xs + 8 * j * kMmaStride + col0;
                 const Split ob[2] = {split(xo[x_upd]), split(xo[x_upd4])};
                 mma_3xtf32(grad[k][j % 2], ld[j], ob);
             }
         }
-        if (active) {
+        if (active) {  // the new W and V replace the old in the stage: each lane writes only what it read
 #pragma unroll
             for (int k = 0; k < kMmaWarpSteps; ++k) {
                 const int col0 = 8 * (slot + kMmaSlots * k);
