@@ -99,6 +99,11 @@ __host__ __device__ constexpr size_t mma_shared_bytes() { return sizeof(float) *
 // 34 chunks cost 2-8%. A split run's sums differ in rounding from one block's (and the split follows
 // the device's SM count); one device's runs stay bit-identical.
 constexpr int kMmaBlockInts = 6;
+// The slots mma_blocks balances over, from the blocks resident per SM and the SMs: at least two per SM. Where
+// one block fits (33-64 sequences), whole units left a tail: ncu had the SMs busy 73% of small's W0 pass at 64
+// (265 blocks on 132 SMs); split for two per SM, 64 sequences 279.7 -> 243.9 us (workbench, H200). Three or four
+// per SM, or two where two fit (9-32), were slower.
+inline int64_t mma_balance_slots(int per_sm, int sms) { return int64_t{std::max(per_sm, 2)} * sms; }
 struct MmaBlocks {
     std::vector<int32_t> list;
     int64_t groups = 0, most_parts = 1;
