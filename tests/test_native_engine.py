@@ -343,6 +343,10 @@ def test_cupy_dataset_is_used_in_place_and_views_show_device_state():
     assert np.array_equal(cupy.asnumpy(eng.hidden_view())[:, eng.topo.h_act], eng.hidden())
     assert np.array_equal(cupy.asnumpy(eng.prediction_view()), eng.prediction())
     assert np.array_equal(cupy.asnumpy(eng.device_view("weights")), eng.weights)
-    view = eng.device_view("weights")
+    assert np.array_equal(cupy.asnumpy(eng.device_view("momentum")), eng.velocity)
+    view = eng.device_view("h_ring")
     view[:] = 0  # a view, not a copy: writing it changes the engine
-    assert not eng.weights.any()
+    assert not eng.state()["h_ring"][:, :, eng.topo.h_act].any()
+    before = eng.weights
+    eng.device_view("weights")[:] = 0  # W0's rows are pitched on the device: this view is a packed copy
+    assert np.array_equal(eng.weights, before)

@@ -54,10 +54,11 @@ Expected forward_ref(const Layout& L, const State& S, int64_t n, bool w0) {
         const int64_t in_stride = w0 ? L.x_stride : L.h_total;
         auto at = [&](int64_t k) { return w0 ? L.x_index[L.x_off[u] + k] : k; };
         const float* W = &S.w[w0 ? L.w0_off[u] : L.w1_off[u]];
+        const int64_t pitch = w0 ? w0_pitch(len) : len;
         for (int64_t q = 0; q < n; ++q)
             for (int64_t r = 0; r < rows; ++r) {
                 double sum = 0.0;
-                for (int64_t k = 0; k < len; ++k) sum += static_cast<double>(W[r * len + k]) * in[q * in_stride + at(k)];
+                for (int64_t k = 0; k < len; ++k) sum += static_cast<double>(W[r * pitch + k]) * in[q * in_stride + at(k)];
                 const int64_t at = w0 ? (kCur * n + q) * L.h_total + L.h_off[u] + r : (kCur * n + q) * L.y_total + L.y_off[u] + r;
                 out.emplace_back(at, activation(static_cast<float>(sum), true));
             }
@@ -101,7 +102,7 @@ Expected update_ref(const Layout& L, const State& S, int64_t n, bool w0) {
                                         : S.h[(kOld * n + q) * L.h_total + L.h_off[u] + c];
                     g += a * b;
                 }
-                const int64_t i = base + r * len + c;
+                const int64_t i = base + r * (w0 ? w0_pitch(len) : len) + c;
                 const double v = active ? static_cast<double>(S.mu[u]) * S.v[i] + g / static_cast<double>(n) : 0.0;
                 out.emplace_back(i, active ? S.w[i] + v : S.w[i]);
                 out.emplace_back(L.n_weights + i, v);

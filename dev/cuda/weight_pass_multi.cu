@@ -104,7 +104,7 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
         const int64_t len = L.x_off[u + 1] - L.x_off[u];
         const bool active = !(lr[u] == 0.0f && mu[u] == 0.0f);
         for (int64_t k = 0; k < kHidden; ++k) {
-            const int64_t base = L.w0_off[u] + k * len;
+            const int64_t base = L.w0_row(u, k);
             for (int64_t q = 0; q < n; ++q) {
                 const float* xq = &x[(cur * n + q) * L.x_total + L.x_off[u]];
                 double sum = 0.0;

@@ -265,8 +265,14 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     x_off_ = DeviceBuffer<int64_t>(t.x_off);
     y_off_ = DeviceBuffer<int64_t>(t.y_off);
     h_off_ = DeviceBuffer<int64_t>(t.h_off);
-    w0_off_ = DeviceBuffer<int64_t>(t.w0_off);
-    w1_off_ = DeviceBuffer<int64_t>(t.w1_off);
+    // W and V on the device: W0's rows pitched (kernels::w0_pitch), then W1 as on the host.
+    std::vector<int64_t> w0_pitched(t.w0_off.size(), 0), w1_pitched(t.w1_off.size());
+    for (int64_t u = 0; u < t.n_units; ++u) w0_pitched[u + 1] = w0_pitched[u] + t.hidden * kernels::w0_pitch(t.inputs(u));
+    for (size_t u = 0; u < t.w1_off.size(); ++u) w1_pitched[u] = w0_pitched.back() + t.w1_off[u] - t.w1_off[0];
+    device_weights_ = w1_pitched.back();
+    w0_packed_off_ = DeviceBuffer<int64_t>(t.w0_off);
+    w0_off_ = DeviceBuffer<int64_t>(w0_pitched);
+    w1_off_ = DeviceBuffer<int64_t>(w1_pitched);
     x_gather_ = DeviceBuffer<int32_t>(inputs_layout.gather);
     x_index_ = DeviceBuffer<int32_t>(inputs_layout.index);
     x_index_host_ = std::move(inputs_layout.index);
@@ -328,8 +334,8 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         }
     }
 
-    weights_ = DeviceBuffer<float>(t.n_weights, kWindowSlack);
-    velocity_ = DeviceBuffer<float>(t.n_weights, kWindowSlack);
+    weights_ = DeviceBuffer<float>(device_weights_, kWindowSlack);
+    velocity_ = DeviceBuffer<float>(device_weights_, kWindowSlack);
     x_ = DeviceBuffer<float>(3 * n * x_stride_);
     h_ = DeviceBuffer<float>(3 * n * t.h_total);
     y_ = DeviceBuffer<float>(3 * n * t.y_total);
@@ -388,7 +394,7 @@ CudaEngine::~CudaEngine() {
 void CudaEngine::check_memory() const {
     const Topology& t = topo_;
     const double n = static_cast<double>(cfg_.n_seq);
-    const double need = 4.0 * (2.0 * t.n_weights + 3.0 * n * (x_stride_ + t.h_total + t.y_total) +
+    const double need = 4.0 * (2.0 * (t.n_weights + 3.0 * t.n_units * t.hidden) + 3.0 * n * (x_stride_ + t.h_total + t.y_total) +
                                n * (2.0 * t.y_total + t.h_total) + 2.0 * n * t.image_size) +
                         8.0 * (t.x_total + t.x_off.size() * 5 + 3.0 * t.y_total);
     size_t free_bytes = 0, total_bytes = 0;
@@ -673,7 +679,34 @@ uintptr_t CudaEngine::device_pointer(const std::string& name) {
         materialise_x(x_view_.data());
         return reinterpret_cast<uintptr_t>(x_view_.data());
     }
+    if (name == "weights" || name == "momentum") {  // W0's rows are pitched on the device: packed now
+        PVM_CUDA_CHECK(cudaSetDevice(device_));
+        DeviceBuffer<float>& view = name == "weights" ? weights_view_ : momentum_view_;
+        if (view.size() == 0) view = DeviceBuffer<float>(topo_.n_weights);
+        pack_weights(buffer(name), view.data());
+        return reinterpret_cast<uintptr_t>(view.data());
+    }
     return reinterpret_cast<uintptr_t>(buffer(name).data());
+}
+
+void CudaEngine::pack_weights(const DeviceBuffer<float>& pitched, float* packed) {
+    const Topology& t = topo_;
+    kernels::repitch_w0<<<static_cast<unsigned>(t.n_units * t.hidden), kernels::kThreads, 0, stream_>>>(
+        pitched.data(), packed, x_off_.data(), w0_packed_off_.data(), w0_off_.data(), t.hidden, false);
+    PVM_CUDA_CHECK_LAUNCH();
+    const int64_t w0 = t.w1_off[0], w1 = t.n_weights - w0;
+    PVM_CUDA_CHECK(cudaMemcpyAsync(packed + w0, pitched.data() + (device_weights_ - w1), w1 * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaEngine::unpack_weights(const float* packed, DeviceBuffer<float>& pitched) {
+    const Topology& t = topo_;
+    kernels::repitch_w0<<<static_cast<unsigned>(t.n_units * t.hidden), kernels::kThreads, 0, stream_>>>(
+        packed, pitched.data(), x_off_.data(), w0_packed_off_.data(), w0_off_.data(), t.hidden, true);
+    PVM_CUDA_CHECK_LAUNCH();
+    const int64_t w0 = t.w1_off[0], w1 = t.n_weights - w0;
+    PVM_CUDA_CHECK(cudaMemcpyAsync(pitched.data() + (device_weights_ - w1), packed + w0, w1 * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, stream_));
 }
 
 bool CudaEngine::built_inputs() const { return cfg_.n_seq >= kBuiltInputsMinSeqs; }
@@ -730,6 +763,13 @@ void CudaEngine::read(const std::string& name, float* out) {
         PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
         return;
     }
+    if (name == "weights" || name == "momentum") {
+        DeviceBuffer<float> packed(topo_.n_weights);
+        pack_weights(buffer(name), packed.data());
+        PVM_CUDA_CHECK(cudaMemcpyAsync(out, packed.data(), packed.bytes(), cudaMemcpyDeviceToHost, stream_));
+        PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        return;
+    }
     auto& b = buffer(name);
     PVM_CUDA_CHECK(cudaMemcpyAsync(out, b.data(), b.bytes(), cudaMemcpyDeviceToHost, stream_));
     PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -747,6 +787,13 @@ void CudaEngine::write(const std::string& name, const float* in) {
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t i = 0; i < X; ++i) sources[r * x_stride_ + x_index_host_[i]] = in[r * X + i];
         PVM_CUDA_CHECK(cudaMemcpy(x_.data(), sources.data(), x_.bytes(), cudaMemcpyHostToDevice));
+        return;
+    }
+    if (name == "weights" || name == "momentum") {
+        DeviceBuffer<float> packed(topo_.n_weights);
+        PVM_CUDA_CHECK(cudaMemcpyAsync(packed.data(), in, packed.bytes(), cudaMemcpyHostToDevice, stream_));
+        unpack_weights(packed.data(), buffer(name));
+        PVM_CUDA_CHECK(cudaStreamSynchronize(stream_));
         return;
     }
     auto& b = buffer(name);

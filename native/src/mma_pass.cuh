@@ -151,7 +151,8 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     const int r_begin = block[1], r_end = block[2], rows = r_end - r_begin, part = block[3], parts = block[4];
     const int n = static_cast<int>(a.n_seq);
     const int64_t len = Row::length(a, u), first = Row::first_row(a, u);
-    float* __restrict__ W = a.weights + Row::weight_base(a, first + r_begin, u, len);  // the block's rows, len apart
+    const int64_t pitch = Row::pitch(len);
+    float* __restrict__ W = a.weights + Row::weight_base(a, first + r_begin, u, len);  // the block's rows, pitch apart
     float* __restrict__ V = a.velocity + (W - a.weights);
     const int all_chunks = static_cast<int>(mma_chunks(len));  // this block's: [c_begin, n_chunks) (32-bit: a stage is i % 3)
     const int c_begin = part * all_chunks / parts, n_chunks = (part + 1) * all_chunks / parts;
@@ -166,20 +167,38 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     // chained or not at 64).
     constexpr bool kEarlyWV = NS == 8;
     // A thread's rows of a chunk are lane_row, lane_row + kPass, ...: one pointer per operand, stepped by kPass
-    // rows (64-bit products and selects per copy were half of the pass's copy instructions).
-    const int64_t row_step = kPass * len;
+    // rows (64-bit products and selects per copy were half of the pass's copy instructions). Pitched rows
+    // (W0: 16-byte aligned, zeros past len) move as 16-byte groups instead: thread (quad_row, quad) takes
+    // group quad of rows quad_row, quad_row + kQuadPass, ..., a quarter of the copies and stores.
+    const int64_t row_step = kPass * pitch;
     const int64_t v_minus_w = V - W;
+    constexpr int kQuads = kMmaCols / 4, kQuadPass = kMmaThreads / kQuads;
+    const int quad = static_cast<int>(threadIdx.x % kQuads), quad_row = static_cast<int>(threadIdx.x / kQuads);
+    const int64_t quad_step = kQuadPass * pitch;
     const auto fetch_wv = [&](int i) {
         if (i >= n_chunks) return;
-        float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>() + lane_row * kMmaStride + col;
-        const bool col_ok = kMmaCols * i + col < len;
-        const float* src = W + (col_ok ? lane_row * len + kMmaCols * i + col : 0);
-        const int64_t step = col_ok ? row_step : 0;
+        if constexpr (Row::kPitched) {
+            float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>() + quad_row * kMmaStride + 4 * quad;
+            const bool quad_ok = kMmaCols * i + 4 * quad < pitch;  // (the padding up to pitch holds zeros)
+            const float* src = W + (quad_ok ? quad_row * pitch + kMmaCols * i + 4 * quad : 0);
+            const int64_t step = quad_ok ? quad_step : 0;
 #pragma unroll
-        for (int k = 0; k < kMmaRows / kPass; ++k, src += step) {
-            if (lane_row + k * kPass >= rows) break;
-            copy_async4(st + k * kPass * kMmaStride, src, col_ok);
-            copy_async4(st + (kMmaRows + k * kPass) * kMmaStride, src + v_minus_w, col_ok);
+            for (int k = 0; k < kMmaRows / kQuadPass; ++k, src += step) {
+                if (quad_row + k * kQuadPass >= rows) break;
+                copy_async16(st + k * kQuadPass * kMmaStride, src, quad_ok);
+                copy_async16(st + (kMmaRows + k * kQuadPass) * kMmaStride, src + v_minus_w, quad_ok);
+            }
+        } else {
+            float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>() + lane_row * kMmaStride + col;
+            const bool col_ok = kMmaCols * i + col < len;
+            const float* src = W + (col_ok ? lane_row * pitch + kMmaCols * i + col : 0);
+            const int64_t step = col_ok ? row_step : 0;
+#pragma unroll
+            for (int k = 0; k < kMmaRows / kPass; ++k, src += step) {
+                if (lane_row + k * kPass >= rows) break;
+                copy_async4(st + k * kPass * kMmaStride, src, col_ok);
+                copy_async4(st + (kMmaRows + k * kPass) * kMmaStride, src + v_minus_w, col_ok);
+            }
         }
     };
     if constexpr (kEarlyWV)
@@ -324,8 +343,25 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         // segments (each lane storing its own fragment wrote 3.2 L2 sectors per 32 bytes). A unit not yet
         // enabled: its V is zeroed where it is not.
         __syncthreads();
-        if (kMmaCols * i + col < len) {
-            float* dst = W + lane_row * len + kMmaCols * i + col;
+        if constexpr (Row::kPitched) {  // 16-byte groups; the padding's zeros go back as zeros
+            if (kMmaCols * i + 4 * quad < pitch) {
+                float* dst = W + quad_row * pitch + kMmaCols * i + 4 * quad;
+                const float* from = ws + quad_row * kMmaStride + 4 * quad;
+#pragma unroll
+                for (int k = 0; k < kMmaRows / kQuadPass; ++k, dst += quad_step) {
+                    if (quad_row + k * kQuadPass >= rows) break;
+                    const float4 w_new = *reinterpret_cast<const float4*>(from + k * kQuadPass * kMmaStride);
+                    const float4 v_new = *reinterpret_cast<const float4*>(from + (kMmaRows + k * kQuadPass) * kMmaStride);
+                    if (active) {
+                        store16(dst, w_new);
+                        store16(dst + v_minus_w, v_new);
+                    } else if (v_new.x != 0.0f || v_new.y != 0.0f || v_new.z != 0.0f || v_new.w != 0.0f) {
+                        store16(dst + v_minus_w, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+                    }
+                }
+            }
+        } else if (kMmaCols * i + col < len) {
+            float* dst = W + lane_row * pitch + kMmaCols * i + col;
             const float* from = ws + lane_row * kMmaStride + col;
 #pragma unroll
             for (int k = 0; k < kMmaRows / kPass; ++k, dst += row_step) {

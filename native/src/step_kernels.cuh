@@ -128,6 +128,26 @@ __global__ void assemble_hidden(StepArgs a) {
         hc[a.raw_dst[r]] = a.h[(prev * a.n_seq + q) * a.h_total + a.raw_src[r]];
 }
 
+// W0's rows on the device start on 16-byte boundaries: a row of len inputs takes w0_pitch(len) floats, the
+// padding held at zero, so whole chunks of a row move as 16-byte copies. a.w0_off (and a.w1_off after W0) are
+// these padded offsets; the host's layout (checkpoints, read/write, the CPU engines) stays packed, and the
+// CUDA engine packs and unpacks (repitch_w0). W1's rows stay packed.
+__host__ __device__ constexpr int64_t w0_pitch(int64_t len) { return (len + 3) / 4 * 4; }
+
+// W0 between the host's packed rows (packed_off: Topology::w0_off) and the device's pitched ones (pitched_off;
+// w0_pitch): block u * hidden + k copies row k of unit u. Into pitched rows the padding is written as zeros.
+__global__ void repitch_w0(const float* __restrict__ from, float* __restrict__ to, const int64_t* __restrict__ x_off,
+                           const int64_t* __restrict__ packed_off, const int64_t* __restrict__ pitched_off, int64_t hidden,
+                           bool to_pitched) {
+    const int64_t u = blockIdx.x / hidden, k = blockIdx.x % hidden;
+    const int64_t len = x_off[u + 1] - x_off[u], pitch = w0_pitch(len);
+    const int64_t packed = packed_off[u] + k * len, pitched = pitched_off[u] + k * pitch;
+    for (int64_t i = threadIdx.x; i < pitch; i += blockDim.x) {
+        if (to_pitched) to[pitched + i] = i < len ? from[packed + i] : 0.0f;
+        else if (i < len) to[packed + i] = from[pitched + i];
+    }
+}
+
 // The constant 1 of every hidden vector: block row y sets vector y (ring slot x sequence) of h_total entries.
 __global__ void set_hidden_bias(float* h, const int64_t* __restrict__ h_bias, int64_t n_units, int64_t h_total) {
     for (int64_t i = global_thread(); i < n_units; i += grid_threads()) h[blockIdx.y * h_total + h_bias[i]] = 1.0f;
@@ -386,12 +406,14 @@ __global__ void advance_step(StepArgs a) {
 // product of step s with the old W, and the momentum update with the s-2 activations.
 
 struct RowW0 {  // row (u, k) of W0: h(s)[k] = phi(W0[k,:] . x(s)); update with lr*dh(s-2) x x(s-2)
+    static constexpr bool kPitched = true;  // rows w0_pitch(len) apart, 16-byte aligned
+    __device__ static int64_t pitch(int64_t len) { return w0_pitch(len); }
     __device__ static int64_t rows(const StepArgs& a) { return a.n_units * a.hidden; }
     __device__ static int64_t unit(const StepArgs& a, int64_t r) { return r / a.hidden; }
     __device__ static int64_t first_row(const StepArgs& a, int64_t u) { return u * a.hidden; }
     __device__ static int64_t length(const StepArgs& a, int64_t u) { return a.x_off[u + 1] - a.x_off[u]; }
     __device__ static int64_t weight_base(const StepArgs& a, int64_t r, int64_t u, int64_t len) {
-        return a.w0_off[u] + (r % a.hidden) * len;
+        return a.w0_off[u] + (r % a.hidden) * w0_pitch(len);
     }
     // Sequence q's inputs of unit u in a ring slot: entry i at input(...)[i], or with built inputs at
     // input(...)[input_index(...)[i]].
@@ -408,6 +430,8 @@ struct RowW0 {  // row (u, k) of W0: h(s)[k] = phi(W0[k,:] . x(s)); update with 
 };
 
 struct RowW1 {  // row (u, j) of W1: y(s)[j] = phi(W1[j,:] . h(s)); update with lr*do(s-2) x h(s-2)
+    static constexpr bool kPitched = false;  // rows len apart, at any 4-byte phase
+    __device__ static int64_t pitch(int64_t len) { return len; }
     __device__ static int64_t rows(const StepArgs& a) { return a.y_total; }
     __device__ static int64_t unit(const StepArgs& a, int64_t r) { return a.y_unit[r]; }
     __device__ static int64_t first_row(const StepArgs& a, int64_t u) { return a.y_off[u]; }
@@ -436,6 +460,11 @@ __device__ __forceinline__ void copy_async4(float* dst, const float* src, bool v
 __device__ __forceinline__ void copy_async16(float* dst, const float* src, bool valid) {
     const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+// A 16-byte store (dst 16-byte aligned) as one st.global.v4: the compiler splits a float4 store whose
+// alignment it cannot prove into four.
+__device__ __forceinline__ void store16(float* dst, float4 v) {
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
 }
 // A hint: bring n floats from p on into L2 (sm_90: one bulk prefetch over the 16-byte chunks that cover them;
 // earlier devices: nothing). The caller's allocation must hold those chunks (W and V: 256-byte aligned, with

@@ -74,9 +74,9 @@ struct Forward {
     float* out;
     bool polynomial;
     float a_scale = 1.0f;
-    __device__ Forward(const StepArgs& a, int64_t rows, int64_t length, int64_t weight_base, BOperand in, float* out_ring,
-                       int64_t out_stride)
-        : M(rows), N(a.n_seq), K(length), out_stride(out_stride), A{a.weights + weight_base, 1, length}, B(in),
+    __device__ Forward(const StepArgs& a, int64_t rows, int64_t length, int64_t pitch, int64_t weight_base, BOperand in,
+                       float* out_ring, int64_t out_stride)
+        : M(rows), N(a.n_seq), K(length), out_stride(out_stride), A{a.weights + weight_base, 1, pitch}, B(in),
           out(out_ring + ring_slot(*a.step) * a.n_seq * out_stride), polynomial(a.polynomial) {}
     struct Old {};  // what finish reads of the old state (loaded for all of a thread's outputs before any is written)
     __device__ Old old(int64_t, int64_t) const { return {}; }
@@ -91,7 +91,7 @@ struct W0Forward : Forward<IndexedOperand> {
     using MmaTiles = MmaWide;
     using MmaTilesOneColumn = MmaWideFew;  // up to MmaTiles::kCols sequences
     __device__ W0Forward(const StepArgs& a, int64_t u)
-        : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], a.w0_off[u],
+        : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], w0_pitch(a.x_off[u + 1] - a.x_off[u]), a.w0_off[u],
                   IndexedOperand{a.x + ring_slot(*a.step) * a.n_seq * a.x_stride, a.x_index + a.x_off[u], 0, a.x_stride},
                   a.h + a.h_off[u], a.h_total) {}
 };
@@ -100,7 +100,7 @@ struct W0Forward : Forward<IndexedOperand> {
 struct W1Forward : Forward<> {
     using MmaTiles = MmaNarrowShallow;
     __device__ W1Forward(const StepArgs& a, int64_t u)
-        : Forward(a, a.y_off[u + 1] - a.y_off[u], a.h_off[u + 1] - a.h_off[u], a.w1_off[u],
+        : Forward(a, a.y_off[u + 1] - a.y_off[u], a.h_off[u + 1] - a.h_off[u], a.h_off[u + 1] - a.h_off[u], a.w1_off[u],
                   Operand{a.h + ring_slot(*a.step) * a.n_seq * a.h_total + a.h_off[u], 1, a.h_total}, a.y + a.y_off[u],
                   a.y_total) {}
 };
@@ -144,25 +144,25 @@ struct Update {
     static constexpr bool kAAlongK = false, kBAlongK = false, kUpdate = true, kScaleA = false;
     static constexpr bool kBIndexed = std::is_same_v<BOperand, IndexedOperand>;
     const StepArgs& a;
-    int64_t M, N, K;
+    int64_t M, N, K, P;  // P: W's and V's row pitch (W0: w0_pitch(N); W1: N)
     float *W, *V;
     Operand A{};   // A[q, m] = lr * delta[q, m] (the scale in a_scale)
     BOperand B{};  // B[q, n] = the activation of step s-2
     float mu, inv_n, a_scale = 1.0f;
     bool inactive;
-    __device__ Update(const StepArgs& args, int64_t rows, int64_t cols, int64_t weight_base, int64_t unit)
-        : a(args), M(rows), N(cols), K(args.n_seq), W(args.weights + weight_base), V(args.velocity + weight_base),
+    __device__ Update(const StepArgs& args, int64_t rows, int64_t cols, int64_t pitch, int64_t weight_base, int64_t unit)
+        : a(args), M(rows), N(cols), K(args.n_seq), P(pitch), W(args.weights + weight_base), V(args.velocity + weight_base),
           mu(args.unit_mu[unit]), inv_n(1.0f / static_cast<float>(args.n_seq)),
           inactive(args.unit_lr[unit] == 0.0f && args.unit_mu[unit] == 0.0f) {}
     using Old = float2;  // W[m, n], V[m, n]
-    __device__ Old old(int64_t m, int64_t n) const { return {W[m * N + n], V[m * N + n]}; }
+    __device__ Old old(int64_t m, int64_t n) const { return {W[m * P + n], V[m * P + n]}; }
     __device__ void finish(int64_t m, int64_t n, float g, Old wv) const {
         const float v = __fmaf_rn(mu, wv.y, __fmul_rn(g, inv_n));  // the mean as the passes take it: times 1/n
-        W[m * N + n] = __fadd_rn(wv.x, v);
-        V[m * N + n] = v;
+        W[m * P + n] = __fadd_rn(wv.x, v);
+        V[m * P + n] = v;
     }
     __device__ void clear(int64_t m, int64_t n) const {
-        if (V[m * N + n] != 0.0f) V[m * N + n] = 0.0f;
+        if (V[m * P + n] != 0.0f) V[m * P + n] = 0.0f;
     }
     // The old W and V of a rows x cols tile from (m0, n0) into L2, a few slabs before finish reads them:
     // one bulk prefetch per row of W (e even) and of V (e odd), e = 2 * row + which, spread over the block.
@@ -172,7 +172,7 @@ struct Update {
         const int live = static_cast<int>(M - m0 < rows ? M - m0 : rows);
         const int64_t n = N - n0 < cols ? N - n0 : cols;
         for (int e = static_cast<int>(threadIdx.x); e < 2 * live; e += static_cast<int>(blockDim.x))
-            prefetch_l2((e % 2 ? V : W) + (m0 + e / 2) * N + n0, static_cast<int>(n));
+            prefetch_l2((e % 2 ? V : W) + (m0 + e / 2) * P + n0, static_cast<int>(n));
     }
 };
 
@@ -182,7 +182,8 @@ struct Update {
 struct W0Update : Update<IndexedOperand> {
     using MmaTiles = MmaWide;
     __device__ W0Update(const StepArgs& args, int64_t unit)
-        : Update(args, args.hidden, args.x_off[unit + 1] - args.x_off[unit], args.w0_off[unit], unit) {
+        : Update(args, args.hidden, args.x_off[unit + 1] - args.x_off[unit], w0_pitch(args.x_off[unit + 1] - args.x_off[unit]),
+                 args.w0_off[unit], unit) {
         A = {args.lr_delta_hidden + args.h_off[unit], args.h_total, 1};
         B = {args.x + ring_slot(*args.step - 2) * args.n_seq * args.x_stride, args.x_index + args.x_off[unit], args.x_stride, 0};
     }
@@ -197,7 +198,7 @@ struct W1Update : Update<> {
     using WgmmaTilesFew = WgmmaShape<64, 8, 5, 4>;  // on sm_90a, up to 64 sequences
     __device__ W1Update(const StepArgs& args, int64_t unit)
         : Update(args, args.y_off[unit + 1] - args.y_off[unit], args.h_off[unit + 1] - args.h_off[unit],
-                 args.w1_off[unit], unit) {
+                 args.h_off[unit + 1] - args.h_off[unit], args.w1_off[unit], unit) {
         A = {args.delta_out + args.y_off[unit], args.y_total, 1};
         B = {args.h + ring_slot(*args.step - 2) * args.n_seq * args.h_total + args.h_off[unit], args.h_total, 1};
         a_scale = args.unit_lr[unit];  // A = lr * delta_out, rounded as the CPU engine does

@@ -69,6 +69,10 @@ private:
     // input_layout in cuda_engine.cu), and x in the reference layout from them (into out, on the stream).
     bool built_inputs() const;
     void materialise_x(float* out);
+    // W or V between the device's layout (W0's rows pitched: kernels::w0_pitch) and the host's packed one, on
+    // the stream.
+    void pack_weights(const DeviceBuffer<float>& pitched, float* packed);
+    void unpack_weights(const float* packed, DeviceBuffer<float>& pitched);
 
     int device_;
     std::string name_;
@@ -80,8 +84,10 @@ private:
     bool wgmma_ = false;  // products on wgmma where measured ahead (from kProductSeqs, sm_90a build, capability 9.0)
 
     // Topology on the device.
-    DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, h_bias_, raw_dst_, raw_src_, target_src_,
+    // w0_off_, w1_off_: the device's offsets (W0's rows pitched); w0_packed_off_: the host's (Topology::w0_off).
+    DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, w0_packed_off_, h_bias_, raw_dst_, raw_src_, target_src_,
         baseline_src_;
+    int64_t device_weights_ = 0;      // floats of W (and of V) on the device
     int64_t x_stride_ = 0;            // floats per row of the x ring (InputLayout)
     DeviceBuffer<int32_t> x_gather_;  // per row entry: source | kind << kGatherKindShift
     DeviceBuffer<int32_t> x_index_;   // built_inputs: per input entry, its place in a row (else empty)
@@ -98,6 +104,7 @@ private:
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
     DeviceBuffer<float> lr_delta_out_, lr_delta_hidden_, error_;
     DeviceBuffer<float> x_view_;  // built_inputs: device_pointer("x_ring")'s x, allocated when first asked for
+    DeviceBuffer<float> weights_view_, momentum_view_;  // device_pointer's packed copies, allocated when first asked for
     DeviceBuffer<float> mma_partial_;   // weight_pass_mma: the forward sums of split runs, per part
     DeviceBuffer<int32_t> mma_count_;   // weight_pass_mma: per run, its blocks done this step
     DeviceBuffer<double> metric_sums_, unit_error_, error_sq_;
