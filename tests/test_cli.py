@@ -86,7 +86,7 @@ def test_bench_table_is_whole_off_a_terminal():
     """Piped into a log, the table keeps every header and cell (Rich's 80 columns cut them to '…')."""
     out = run("bench", "--spec", "tiny", "--n-seq", "1", "--steps", "3", "--warmup", "1", "--backend", "reference")
     assert out.returncode == 0, out.stderr
-    assert "floor steps/s" in out.stdout and "reference" in out.stdout and "…" not in out.stdout
+    assert "roofline steps/s" in out.stdout and "reference" in out.stdout and "…" not in out.stdout
 
 
 @pytest.mark.parametrize("backend", ["reference", "auto"])

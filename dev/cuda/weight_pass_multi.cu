@@ -55,7 +55,7 @@ void launch_mma(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
     weight_pass_mma<RowW0, NS, P><<<static_cast<unsigned>(n_blocks), kMmaThreads, bytes>>>(a, blocks);
 }
 
-// The slots the engine balances the pass over (cuda_engine.cu's mma_slots): SMs times blocks per SM, at least 2.
+// The slots the engine balances the pass over (mma_balance_slots, as cuda_engine.cu's mma_slots counts them).
 template <int NS>
 int64_t slots() {
     constexpr size_t bytes = mma_shared_bytes<NS>();
@@ -63,7 +63,7 @@ int64_t slots() {
     int per_sm = 0, sms = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, weight_pass_mma<RowW0, NS>, kMmaThreads, bytes));
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    return int64_t{std::max(per_sm, 2)} * sms;
+    return mma_balance_slots(per_sm, sms);
 }
 // Calls f(std::integral_constant<int, NS>) for the pass's sequence bucket NS >= n (the workbench's: 8, 16, 32, 64).
 template <class F>

@@ -172,10 +172,7 @@ void allow_mma_shared(int64_t n) {
     });
 }
 
-// The slots that mma_blocks balances the pass of n sequences over: the device's SMs times the blocks resident
-// per SM, but at least two per SM. Where one block fits (33-64 sequences), whole units left a tail: ncu had the
-// SMs busy 73% of small's W0 pass at 64 (265 blocks on 132 SMs); split for two per SM, 64 sequences 279.7 ->
-// 243.9 us (workbench, H200). Three or four per SM, or two where two fit (9-32), were slower.
+// The slots that mma_blocks balances the pass of n sequences over on this device (kernels::mma_balance_slots).
 template <class Row>
 int64_t mma_slots(int64_t n, int device) {
     int per_sm = 0, sms = 0;
@@ -185,7 +182,7 @@ int64_t mma_slots(int64_t n, int device) {
                                                                      kernels::mma_shared_bytes<NS>()));
     });
     PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return int64_t{std::max(per_sm, 2)} * sms;
+    return kernels::mma_balance_slots(per_sm, sms);
 }
 
 template <class Row>

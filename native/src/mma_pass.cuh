@@ -157,6 +157,11 @@ __host__ __device__ constexpr size_t mma_shared_bytes() { return sizeof(float) *
 // 34 chunks cost 2-8%. A split run's sums differ in rounding from one block's (and the split follows
 // the device's SM count); one device's runs stay bit-identical.
 constexpr int kMmaBlockInts = 6;
+// The slots mma_blocks balances over, from the blocks resident per SM and the SMs: at least two per SM. Where
+// one block fits (33-64 sequences), whole units left a tail: ncu had the SMs busy 73% of small's W0 pass at 64
+// (265 blocks on 132 SMs); split for two per SM, 64 sequences 279.7 -> 243.9 us (workbench, H200). Three or four
+// per SM, or two where two fit (9-32), were slower.
+inline int64_t mma_balance_slots(int per_sm, int sms) { return int64_t{std::max(per_sm, 2)} * sms; }
 struct MmaBlocks {
     std::vector<int32_t> list;
     int64_t groups = 0, most_parts = 1;
@@ -332,11 +337,12 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
 #pragma unroll
         for (int k = 0; k < kMmaWarpSteps; ++k) {
             const int col0 = 8 * (slot + kMmaSlots * k);
+            // W in the accumulator layout: [0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)].
             const float2 w0 = *reinterpret_cast<const float2*>(ws + (16 * tile + g) * kMmaStride + col0 + 2 * t);
             const float2 w1 = *reinterpret_cast<const float2*>(ws + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
             wk[k][0] = w0.x; wk[k][1] = w0.y; wk[k][2] = w1.x; wk[k][3] = w1.y;
-            // W as A: (g, 2t) and (g, 2t+1) are the k indices k0(t), k1(t) of its columns (a sum may take its terms
-            // in any order).
+            // Forward: A = W, B = x(s)[sequence 8j+g][columns 2t, 2t+1]. (g, 2t) and (g, 2t+1) are W's k indices
+            // k0(t), k1(t) (a sum may take its terms in any order).
             const typename M::A wa = M::a(wk[k][0], wk[k][2], wk[k][1], wk[k][3]);
 #pragma unroll
             for (int p = 0; p < 2; ++p)
@@ -347,11 +353,12 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
                 const float* xf = xs + x_fwd + 8 * j * kMmaStride + col0;
                 const float2 xv = *reinterpret_cast<const float2*>(xf);
                 M::mma(acc[j], wa, M::b(xv.x, xv.y));
+                // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequences 8j+k0(t), 8j+k1(t)][column col0+g].
                 const float* xo = xs + 8 * j * kMmaStride + col0;
                 M::mma(grad[k][j % 2], ld[j], M::b(xo[x_upd], xo[x_upd4]));
             }
         }
-        if (active) {
+        if (active) {  // the new W and V replace the old in the stage: each lane writes only what it read
 #pragma unroll
             for (int k = 0; k < kMmaWarpSteps; ++k) {
                 const int col0 = 8 * (slot + kMmaSlots * k);

@@ -465,7 +465,7 @@ def bench(
     frames: Annotated[str, typer.Option("--frames", help="host: frames uploaded every step; device: a dataset held on the GPU (native engine).")] = "host",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of results.")] = False,
 ) -> None:
-    """Steps/s and frames/s next to the memory floor (pvm-algorithm.md §7), with a per-phase breakdown."""
+    """Steps/s and frames/s against each regime's roofline (memory or FP32 compute for that n_seq, pvm-algorithm.md §7), with a per-phase breakdown."""
     from pvm_dist.run.bench import as_row, run_bench
     from pvm_dist.model.spec import load_spec
 
@@ -500,7 +500,7 @@ def _print_bench(results: list[Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"pvm-dist bench on {results[0].device}" if results else "pvm-dist bench")
-    for col in ("spec", "backend", "frames", "n_seq", "steps/s", "frames/s", "GB/s", "GFLOP/s", "floor steps/s", "ratio", "bound"):
+    for col in ("spec", "backend", "frames", "n_seq", "steps/s", "frames/s", "GB/s", "GFLOP/s", "roofline steps/s", "ratio", "bound"):
         table.add_column(col, justify="right")
     for r in results:
         table.add_row(r.spec, r.backend, r.frames, str(r.n_seq), f"{r.steps_per_s:,.1f}", f"{r.frames_per_s:,.0f}",
@@ -509,7 +509,8 @@ def _print_bench(results: list[Any]) -> None:
     con = console()
     con.print(table)
     if results:
-        con.print(f"floor: {results[0].bandwidth_gb_per_s:,.0f} GB/s measured copy bandwidth (read + write)")
+        con.print(f"roofline: memory at {results[0].bandwidth_gb_per_s:,.0f} GB/s measured copy bandwidth (read + write), "
+                  "or FP32 compute where that binds (bound)")
     for r in results:
         if r.phases_ms:
             phases = ", ".join(f"{k} {v * 1e3:,.1f} µs" for k, v in r.phases_ms.items())
