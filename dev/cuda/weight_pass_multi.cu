@@ -7,6 +7,7 @@
 // (16 bytes per weight: W, V read and written) against the device-to-device copy bandwidth.
 //   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o weight_pass_multi weight_pass_multi.cu
 //   ./weight_pass_multi [n_seq ...]        (default: 2 4 8 13 16 32 64)
+// The mma pass runs in the default precision (3xTF32) and in the opt-in TF32 and BF16 modes.
 #include "../../native/src/mma_pass.cuh"
 #include "step_state.h"
 
@@ -47,11 +48,11 @@ void launch_multi(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, in
     }
 }
 
-template <int NS>
+template <int NS, Precision P>
 void launch_mma(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
     constexpr size_t bytes = mma_shared_bytes<NS>();
-    CHECK(cudaFuncSetAttribute(weight_pass_mma<RowW0, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    weight_pass_mma<RowW0, NS><<<static_cast<unsigned>(n_blocks), kMmaThreads, bytes>>>(a, blocks);
+    CHECK(cudaFuncSetAttribute(weight_pass_mma<RowW0, NS, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    weight_pass_mma<RowW0, NS, P><<<static_cast<unsigned>(n_blocks), kMmaThreads, bytes>>>(a, blocks);
 }
 
 // The slots the engine balances the pass over (mma_balance_slots, as cuda_engine.cu's mma_slots counts them).
@@ -76,8 +77,9 @@ int64_t mma_slots(int64_t n) {
     return by_bucket(n, [](auto bucket) { return slots<decltype(bucket)::value>(); });
 }
 
+template <Precision P = Precision::kFp32>
 void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, int64_t n) {
-    by_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value>(a, blocks, n_blocks); });
+    by_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value, P>(a, blocks, n_blocks); });
 }
 
 // One kernel version: its name, rows per block (0: weight_pass_mma's blocks, mma_blocks with `split`:
@@ -177,12 +179,18 @@ int main(int argc, char** argv) {
     const Version multi{"weight_pass_multi (FMA), D = 4", 8, launch_multi<4>, 1e-6},
         multi8{"weight_pass_multi (FMA), D = 8 (the engine at 2-4)", 8, launch_multi<8>, 1e-6},
         mma{"weight_pass_mma (3xTF32), long runs split (engine)", 0, launch_mma_bucket, 2e-6, true},  // TF32 pairs keep 22 of 24 bits
-        mma_unit{"weight_pass_mma, a block per unit", 0, launch_mma_bucket, 2e-6, false};
+        mma_unit{"weight_pass_mma, a block per unit", 0, launch_mma_bucket, 2e-6, false},
+        // The opt-in precision modes (issue 12 item 3): their errors against the double reference are the point;
+        // the tolerances only catch a broken fragment layout (TF32 keeps 10 mantissa bits, BF16 7).
+        mma_tf32{"weight_pass_mma, TF32 (one product)", 0, launch_mma_bucket<Precision::kTf32>, 2e-3, true},
+        mma_bf16{"weight_pass_mma, BF16 operands", 0, launch_mma_bucket<Precision::kBf16>, 2e-2, true};
     for (int64_t n : seqs) {
         if (n <= 16) ok &= check_and_time(L, n, copy_bw, multi);
         if (n <= 4) ok &= check_and_time(L, n, copy_bw, multi8);
         ok &= check_and_time(L, n, copy_bw, mma);
         ok &= check_and_time(L, n, copy_bw, mma_unit);
+        ok &= check_and_time(L, n, copy_bw, mma_tf32);
+        ok &= check_and_time(L, n, copy_bw, mma_bf16);
     }
     std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
     return ok ? 0 : 1;

@@ -12,6 +12,8 @@
 // the tensor core's FP32 accumulation dominates. Truncating hi as well (one operation fewer) was 2-3%
 // faster but moved the engine's errors (tiny n_seq 64 momentum 4.2e-7 -> 7.2e-7): rejected. Measured (dev/cuda/weight_pass_multi.cu): h within 1.1e-6 of a double reference (FMA
 // chains: 6e-8), W and V as exact as before; within the engine's tolerances (pvm-algorithm.md §3.12).
+// TensorMath<P> holds the arithmetic; the opt-in TF32 and BF16 modes (issue 12 item 3) are so far only in the
+// workbench (dev/cuda/weight_pass_multi.cu), which measures their errors and time.
 // Deterministic: the tensor core's accumulation order is fixed for one device; no atomics.
 //
 // The one fragment layout that serves both products: a lane (g = lane / 4, t = lane % 4) holds W at
@@ -81,6 +83,62 @@ __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const Split (&a)[4], c
     mma_tf32(d, ah, bh);
 }
 
+// d += A B for one m16n8k8 BF16 product (A: a[0..1], B: b[0], each register two BF16 values, the lower k index
+// in the low half), accumulated in FP32.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[2], const uint32_t (&b)[1]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+}
+// lo and hi as two BF16 values in one register (round to nearest even), lo in the low half.
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// The tensor cores' arithmetic (issue 12's precision modes). kFp32, the default: 3xTF32, within the engine's FP32
+// tolerances. kTf32: one TF32 product (operands rounded to 10 mantissa bits). kBf16: BF16 operands (7 bits) on
+// m16n8k8.bf16. All accumulate in FP32, and W and V stay FP32 in memory.
+enum class Precision { kFp32, kTf32, kBf16 };
+
+// A and B fragments of one m16n8k8 product in precision P, built from FP32 values. A lane (g, t) holds A at rows g,
+// g+8 and the k indices k0(t), k1(t) (TF32's layout: t, t+4; BF16's: 2t, 2t+1), and B at k0(t), k1(t) of column g.
+template <Precision P>
+struct TensorMath {
+    static constexpr bool kBf16 = P == Precision::kBf16;
+    using Reg = std::conditional_t<P == Precision::kFp32, Split, uint32_t>;
+    struct A {
+        Reg r[kBf16 ? 2 : 4];
+    };
+    struct B {
+        Reg r[kBf16 ? 1 : 2];
+    };
+    __device__ static int k0(int t) { return kBf16 ? 2 * t : t; }
+    __device__ static int k1(int t) { return kBf16 ? 2 * t + 1 : t + 4; }
+    // A from its values at (g, k0), (g+8, k0), (g, k1), (g+8, k1).
+    __device__ static A a(float g_k0, float g8_k0, float g_k1, float g8_k1) {
+        if constexpr (kBf16) return {{bf16x2(g_k0, g_k1), bf16x2(g8_k0, g8_k1)}};
+        else return {{one(g_k0), one(g8_k0), one(g_k1), one(g8_k1)}};
+    }
+    // B from its values at (k0, g), (k1, g).
+    __device__ static B b(float at_k0, float at_k1) {
+        if constexpr (kBf16) return {{bf16x2(at_k0, at_k1)}};
+        else return {{one(at_k0), one(at_k1)}};
+    }
+    __device__ static void mma(float (&d)[4], const A& x, const B& y) {
+        if constexpr (P == Precision::kFp32) mma_3xtf32(d, x.r, y.r);
+        else if constexpr (P == Precision::kTf32) mma_tf32(d, x.r, y.r);
+        else mma_bf16(d, x.r, y.r);
+    }
+
+private:
+    __device__ static Reg one(float v) {
+        if constexpr (P == Precision::kFp32) return split(v);
+        else return tf32(v);
+    }
+};
+
 // Shared memory of one block: kMmaStages stages, each W and V of the chunk ([row][column], the block's
 // 64 rows) and the inputs x(s), x(s-2) of every sequence ([sequence][column]); rows of kMmaStride floats.
 constexpr int kMmaStages = 3;
@@ -137,9 +195,10 @@ MmaBlocks mma_blocks(int64_t n_units, int64_t slots, Rows rows, Length length) {
 // stages (cp.async): chunk i+2's W, V and inputs are in flight while chunk i is computed (W and V loaded
 // into registers one chunk ahead left the pass latency-bound: 190-220 us for small's W0 at 4-32 sequences,
 // 1.1 TB/s).
-template <class Row, int NS>
+template <class Row, int NS, Precision P = Precision::kFp32>
 __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma(StepArgs a, const int32_t* __restrict__ blocks) {
     static_assert(NS % 8 == 0 && NS >= 8, "sequences in tiles of 8");
+    using M = TensorMath<P>;
     constexpr int NT = NS / 8;  // sequence tiles
     extern __shared__ __align__(16) float smem[];
     let_next_kernel_launch();
@@ -221,20 +280,23 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     const int row0 = 16 * tile + g, row1 = 16 * tile + g + 8;
     const bool live0 = row0 < rows, live1 = row1 < rows;
     // Where the lane reads its inputs in a stage. Forward: sequence 8j + g at columns 2t, 2t+1 of a k-step;
-    // update: sequences 8j + t and 8j + t + 4 of x(s-2) at column g.
-    const int x_fwd = mma_input_at(g, 2 * t), x_upd = mma_input_at(NS + t, g), x_upd4 = mma_input_at(NS + t + 4, g);
+    // update: sequences 8j + k0(t) and 8j + k1(t) of x(s-2) at column g.
+    const int x_fwd = mma_input_at(g, 2 * t), x_upd = mma_input_at(NS + M::k0(t), g), x_upd4 = mma_input_at(NS + M::k1(t), g);
 
-    // The update's A operand, lr*delta[row, sequence], split once: (g, 8j+t), (g+8, 8j+t), (g, 8j+t+4), (g+8, 8j+t+4).
-    Split ld[NT][4];
+    // The update's A operand, lr*delta[row, sequence], converted once: rows g, g+8, sequences 8j+k0(t), 8j+k1(t).
+    typename M::A ld[NT];
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int j = 0; j < NT; ++j) {
+        float v[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int q = 8 * j + t + (e >= 2 ? 4 : 0);
+            const int q = 8 * j + (e >= 2 ? M::k1(t) : M::k0(t));
             const bool row_ok = (e % 2 == 0) ? live0 : live1;
             const int64_t r = first + r_begin + ((e % 2 == 0) ? row0 : row1);
-            ld[j][e] = split(q < n && row_ok ? Row::lr_delta(a, q, r, u) : 0.0f);
+            v[e] = q < n && row_ok ? Row::lr_delta(a, q, r, u) : 0.0f;
         }
+        ld[j] = M::a(v[0], v[1], v[2], v[3]);
+    }
     float acc[NT][4];  // forward sums: (row g, sequence 8j+2t), (g, 8j+2t+1), (g+8, 8j+2t), (g+8, 8j+2t+1)
 #pragma unroll
     for (int j = 0; j < NT; ++j)
@@ -298,8 +360,9 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
             const float2 w0 = *reinterpret_cast<const float2*>(ws + (16 * tile + g) * kMmaStride + col0 + 2 * t);
             const float2 w1 = *reinterpret_cast<const float2*>(ws + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
             wk[k][0] = w0.x; wk[k][1] = w0.y; wk[k][2] = w1.x; wk[k][3] = w1.y;
-            // Forward: A = W (k index t: column 2t, t+4: column 2t+1), B = x(s)[sequence 8j+g][those columns].
-            const Split wa[4] = {split(wk[k][0]), split(wk[k][2]), split(wk[k][1]), split(wk[k][3])};
+            // Forward: A = W, B = x(s)[sequence 8j+g][columns 2t, 2t+1]. (g, 2t) and (g, 2t+1) are W's k indices
+            // k0(t), k1(t) (a sum may take its terms in any order).
+            const typename M::A wa = M::a(wk[k][0], wk[k][2], wk[k][1], wk[k][3]);
 #pragma unroll
             for (int p = 0; p < 2; ++p)
 #pragma unroll
@@ -308,12 +371,10 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
             for (int j = 0; j < NT; ++j) {
                 const float* xf = xs + x_fwd + 8 * j * kMmaStride + col0;
                 const float2 xv = *reinterpret_cast<const float2*>(xf);
-                const Split xb[2] = {split(xv.x), split(xv.y)};
-                mma_3xtf32(acc[j], wa, xb);
-                // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequence 8j+t, 8j+t+4][column col0+g].
+                M::mma(acc[j], wa, M::b(xv.x, xv.y));
+                // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequences 8j+k0(t), 8j+k1(t)][column col0+g].
                 const float* xo = xs + 8 * j * kMmaStride + col0;
-                const Split ob[2] = {split(xo[x_upd]), split(xo[x_upd4])};
-                mma_3xtf32(grad[k][j % 2], ld[j], ob);
+                M::mma(grad[k][j % 2], ld[j], M::b(xo[x_upd], xo[x_upd4]));
             }
         }
         if (active) {  // the new W and V replace the old in the stage: each lane writes only what it read

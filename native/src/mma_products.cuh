@@ -32,6 +32,17 @@ constexpr int kMmaProductRows = 64;  // rows (m) per block tile
 // the tile's start 271.3 and 99.7 (benchmarks/NOTES.md).
 constexpr int kPrefetchK = 32;
 
+// The arithmetic a tile shape asks for (TensorMath, mma_pass.cuh): the engine's shapes take the default, 3xTF32;
+// a shape with a kPrecision member (the workbench's opt-in modes) takes that.
+template <class S, class = void>
+struct ShapePrecision {
+    static constexpr Precision value = Precision::kFp32;
+};
+template <class S>
+struct ShapePrecision<S, std::void_t<decltype(S::kPrecision)>> {
+    static constexpr Precision value = S::kPrecision;
+};
+
 // Shared memory of one block of shape S: S::kStages slabs of A ([k][m]) and B ([k][n]).
 template <class S>
 __host__ __device__ constexpr int mma_product_stage_floats() { return S::kSlab * (kMmaProductRows + 8 + S::kCols + 8); }
@@ -167,6 +178,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     mma_product(StepArgs args, const int32_t* __restrict__ tiles) {
     constexpr int BM = kMmaProductRows, BN = Shape::kCols, KS = Shape::kSlab, kStages = Shape::kStages;
     constexpr int kThreadCount = Shape::kThreads, WM = Shape::kWarpsM, WN = Shape::kWarpsN;
+    using M = TensorMath<ShapePrecision<Shape>::value>;
     constexpr int MT = BM / (16 * WM), NT = BN / (8 * WN);  // a warp: MT x NT fragments of 16 x 8
     static_assert(MT * 16 * WM == BM && NT * 8 * WN == BN, "whole fragments per warp");
     constexpr int kAStride = BM + 8, kBStride = BN + 8;
@@ -212,30 +224,30 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
         const float* Bs = As + KS * kAStride;
 #pragma unroll
         for (int kk = 0; kk < KS; kk += 8) {
-            // A (16 x 8, row-major): (g, t), (g+8, t), (g, t+4), (g+8, t+4); B (8 x 8): (t, g), (t+4, g).
-            uint32_t ah[MT][4], al[MT][4];
+            // A (16 x 8, row-major): (g, k0), (g+8, k0), (g, k1), (g+8, k1); B (8 x 8): (k0, g), (k1, g), where
+            // (k0, k1) = (t, t+4) in TF32's layout and (2t, 2t+1) in BF16's.
+            const int k0 = kk + M::k0(t), k1 = kk + M::k1(t);
+            typename M::A af[MT];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
+            for (int mt = 0; mt < MT; ++mt) {
+                float v[4];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const int k = kk + t + (e >= 2 ? 4 : 0), m = wm + 16 * mt + (e % 2 == 1 ? 8 : 0);
-                    const float av = As[k * kAStride + m + (g ^ ACopies::swizzle(kk + (e >= 2 ? 4 : 0)))];
-                    const Split v = split(P::kScaleA ? __fmul_rn(p.a_scale, av) : av);
-                    ah[mt][e] = v.hi;
-                    al[mt][e] = v.lo;
+                    const int k = e >= 2 ? k1 : k0, m = wm + 16 * mt + (e % 2 == 1 ? 8 : 0);
+                    const float av = As[k * kAStride + m + (g ^ ACopies::swizzle(k))];
+                    v[e] = P::kScaleA ? __fmul_rn(p.a_scale, av) : av;
                 }
+                af[mt] = M::a(v[0], v[1], v[2], v[3]);
+            }
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const int n = wn + 8 * j;
-                const Split b0 = split(Bs[(kk + t) * kBStride + n + (g ^ BCopies::swizzle(kk))]);
-                const Split b1 = split(Bs[(kk + t + 4) * kBStride + n + (g ^ BCopies::swizzle(kk + 4))]);
-                const uint32_t bh[2] = {b0.hi, b1.hi}, bl[2] = {b0.lo, b1.lo};
+                const typename M::B bf = M::b(Bs[k0 * kBStride + n + (g ^ BCopies::swizzle(k0))],
+                                              Bs[k1 * kBStride + n + (g ^ BCopies::swizzle(k1))]);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     if (!live[mt]) continue;
-                    mma_tf32(acc[mt][j], al[mt], bh);  // the small terms first, then hi*hi
-                    mma_tf32(acc[mt][j], ah[mt], bl);
-                    mma_tf32(acc[mt][j], ah[mt], bh);
+                    M::mma(acc[mt][j], af[mt], bf);  // (3xTF32: the small terms first, then hi*hi)
                 }
             }
         }
