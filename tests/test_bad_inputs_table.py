@@ -122,7 +122,7 @@ SPECS = [  # defects 1, 7, 11: spec files, checked by `info` (which sizes and bu
         ("layer_shapes", [3.5, 1]), ("hidden_block_size", 0), ("hidden_block_size", -1),
         ("hidden_block_size", 1.5), ("hidden_block_size", "x"), ("momentum", "x"), ("momentum", None),
         ("input_block_size", 0), ("fan_in_square_size", -1), ("derivative", "sideways"),
-        ("polynomial", "maybe"), ("initial_learning_rate", -1.0), ("initial_learning_rate", [1])]),
+        ("precision", "fp64"), ("polynomial", "maybe"), ("initial_learning_rate", -1.0), ("initial_learning_rate", [1])]),
     case("spec name lone surrogate", ("info", "{d}/s.json"), "not valid Unicode",
          files={"s.json": spec(name="\ud800")}),
     case("spec top-level list", ("info", "{d}/s.json"), "s.json", files={"s.json": "[1, 2]"}),

@@ -109,3 +109,16 @@ def test_bench_reports_rates_and_floor(backend):
 def test_bench_bad_input_is_one_line():
     out = run("bench", "--spec", "tiny", "--n-seq", "two")
     assert out.returncode == 2 and "--n-seq takes integers" in out.stderr and "Traceback" not in out.stderr
+    out = run("bench", "--spec", "tiny", "-O", "precision=fp16")
+    assert out.returncode == 2 and "unknown precision 'fp16'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bench_takes_spec_overrides_and_reports_the_precision():
+    out = run("bench", "--spec", "tiny", "--n-seq", "1", "--steps", "2", "--warmup", "1", "--backend", "reference",
+              "-O", "precision=tf32", "--json")
+    assert out.returncode == 0, out.stderr
+    assert [r["precision"] for r in json.loads(out.stdout)] == ["tf32"]
+    table = run("bench", "--spec", "tiny", "--n-seq", "1", "--steps", "2", "--warmup", "1", "--backend", "reference",
+                "-O", "precision=bf16")
+    assert table.returncode == 0, table.stderr
+    assert "tiny (bf16)" in table.stdout

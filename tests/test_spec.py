@@ -73,6 +73,7 @@ BAD_CASES = [
     ("fan-in too big", lambda r: r.update(fan_in_square_size=3), "fan_in_square_size", "does not fit"),
     ("fan-in radius empty", lambda r: r.update(fan_in_radius=0.5), "fan_in_radius", "keeps no cell"),
     ("derivative", lambda r: r.update(derivative="approx"), "derivative", "unknown derivative mode"),
+    ("precision", lambda r: r.update(precision="fp16"), "precision", "unknown precision"),
     ("feed context", lambda r: r.update(feed_context_in_complex_layer="yes"), "feed_context_in_complex_layer", "0 or 1"),
     ("delay zero", lambda r: r.update(delay_each_layer_learning="0"), "delay_each_layer_learning", "positive"),
     ("half pair", lambda r: r.pop("delay_intermediate_learning_rate"), "delay_intermediate_learning_rate", "missing"),

@@ -134,12 +134,6 @@ bool wgmma_in_binary() {
     return built;
 }
 
-// Shape S in an opt-in precision (mma_product reads S::kPrecision).
-template <class S, Precision P>
-struct InPrecision : S {
-    static constexpr Precision kPrecision = P;
-};
-
 template <class P, class Shape>
 void launch_mma(const StepArgs& a, const std::vector<int32_t>& t, const int32_t* d) {
     product_kernel<P, Shape>()<<<static_cast<unsigned>(t.size() / 3), Shape::kThreads, product_shared_bytes<Shape>()>>>(a, d);

@@ -62,16 +62,17 @@ void check_frames(const pvm::Engine& e, const py::array& frames) {
 void bind_engine(py::module_& m) {
     py::class_<pvm::Engine>(m, "Engine", "A native PVM engine (CPU or CUDA); use pvm_dist.build_engine.")
         .def(py::init([](const py::dict& topology, bool polynomial, int derivative, bool opt_abs_diff, int64_t n_seq,
-                         const std::string& device) {
+                         const std::string& device, int precision) {
                  pvm::EngineConfig cfg;
                  cfg.polynomial = polynomial;
                  cfg.derivative = derivative;
                  cfg.opt_abs_diff = opt_abs_diff;
                  cfg.n_seq = n_seq;
+                 cfg.precision = precision;
                  return pvm::make_engine(topology_from_dict(topology), cfg, device);
              }),
              py::arg("topology"), py::arg("polynomial"), py::arg("derivative"), py::arg("opt_abs_diff"),
-             py::arg("n_seq"), py::arg("device"))
+             py::arg("n_seq"), py::arg("device"), py::arg("precision") = 0)
         .def(
             "step",
             [](pvm::Engine& e, const py::array& frames) {

@@ -162,34 +162,44 @@ void by_mma_bucket(int64_t n, F&& f) {
     return f(std::integral_constant<int, 64>{});
 }
 
+// The engine's tensor-core precision (EngineConfig::precision) as a compile-time value: f(std::integral_constant<Precision, P>).
+template <class F>
+void by_precision(int precision, F&& f) {
+    switch (static_cast<Precision>(precision)) {
+        case Precision::kTf32: return f(std::integral_constant<Precision, Precision::kTf32>{});
+        case Precision::kBf16: return f(std::integral_constant<Precision, Precision::kBf16>{});
+        default: return f(std::integral_constant<Precision, Precision::kFp32>{});
+    }
+}
+
 // Lets the pass of n sequences have its dynamic shared memory (over the 48 KB default); once per engine.
-template <class Row>
+template <class Row, Precision P>
 void allow_mma_shared(int64_t n) {
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
-        PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::weight_pass_mma<Row, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::weight_pass_mma<Row, NS, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(kernels::mma_shared_bytes<NS>())));
     });
 }
 
 // The slots that mma_blocks balances the pass of n sequences over on this device (kernels::mma_balance_slots).
-template <class Row>
+template <class Row, Precision P>
 int64_t mma_slots(int64_t n, int device) {
     int per_sm = 0, sms = 0;
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
-        PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels::weight_pass_mma<Row, NS>, kernels::kMmaThreads,
+        PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels::weight_pass_mma<Row, NS, P>, kernels::kMmaThreads,
                                                                      kernels::mma_shared_bytes<NS>()));
     });
     PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return kernels::mma_balance_slots(per_sm, sms);
 }
 
-template <class Row>
+template <class Row, Precision P>
 void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
-        PVM_CUDA_CHECK(launch(kernels::weight_pass_mma<Row, NS>, static_cast<unsigned>(blocks.size() / kernels::kMmaBlockInts),
+        PVM_CUDA_CHECK(launch(kernels::weight_pass_mma<Row, NS, P>, static_cast<unsigned>(blocks.size() / kernels::kMmaBlockInts),
                               kernels::kMmaThreads, kernels::mma_shared_bytes<NS>(), a, blocks.data()));
     });
 }
@@ -215,6 +225,29 @@ template <class P, class Shape = typename P::MmaTiles>
 void allow_mma_product_shared() {
     PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::product_kernel<P, Shape>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kernels::product_shared_bytes<Shape>())));
+}
+
+// The same for every product a step of n sequences launches in precision P (wgmma: the engine's wgmma_).
+template <Precision P>
+void allow_products_shared(int64_t n, bool wgmma) {
+    using namespace kernels;
+    if (n >= kHiddenProductSeqs) {
+        allow_mma_product_shared<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTiles, P>>();
+        allow_mma_product_shared<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, P>>();
+        if constexpr (P == Precision::kFp32)
+            if (wgmma) allow_mma_product_shared<HiddenDeltas, HiddenDeltas::WgmmaTiles>();
+    }
+    if (n >= kProductSeqs && n > kMmaMaxSeqs) {
+        allow_mma_product_shared<W0Forward, WithPrecision<W0Forward::MmaTiles, P>>();
+        allow_mma_product_shared<W0Forward, WithPrecision<W0Forward::MmaTilesOneColumn, P>>();
+        allow_mma_product_shared<W0Update, WithPrecision<W0Update::MmaTiles, P>>();
+    }
+    if (n >= kProductSeqs && n > kMmaW1MaxSeqs) {
+        allow_mma_product_shared<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>();
+        allow_mma_product_shared<W1Update, WithPrecision<W1Update::MmaTiles, P>>();
+        if constexpr (P == Precision::kFp32)
+            if (wgmma) allow_mma_product_shared<W1Update, W1Update::WgmmaTilesFew>();
+    }
 }
 
 // First unit id of every layer, plus n_units (units are numbered layer by layer).
@@ -251,9 +284,10 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     chain_ = prop.major >= 9 && std::min(driver, runtime) >= 12030 && !(chain != nullptr && std::strcmp(chain, "0") == 0);
     // Products on wgmma (wgmma_product.cuh) where a step has products (from kProductSeqs) and this binary
     // holds them for this device: an sm_90a build on compute capability 9.0 (PVM_CUDA_WGMMA=0 keeps mma.sync,
-    // for comparisons).
+    // for comparisons). Only in the default precision: the opt-in modes run on mma.sync.
     const char* wgmma = std::getenv("PVM_CUDA_WGMMA");
-    if (cfg_.n_seq >= kProductSeqs && prop.major == 9 && prop.minor == 0 && !(wgmma != nullptr && std::strcmp(wgmma, "0") == 0))
+    if (cfg_.n_seq >= kProductSeqs && cfg_.precision == static_cast<int>(Precision::kFp32) && prop.major == 9 &&
+        prop.minor == 0 && !(wgmma != nullptr && std::strcmp(wgmma, "0") == 0))
         PVM_CUDA_CHECK(kernels::query_wgmma_built(wgmma_));
     const Topology& t = topo_;
     const int64_t n = cfg_.n_seq;
@@ -285,11 +319,15 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
     const bool mma = n >= kMmaMinSeqs && n <= kMmaMaxSeqs;
     if (mma) {
-        allow_mma_shared<kernels::RowW0>(n);
-        if (n <= kMmaW1MaxSeqs) allow_mma_shared<kernels::RowW1>(n);
+        int64_t w0_slots = 0;
+        by_precision(cfg_.precision, [&](auto prec) {
+            constexpr Precision P = decltype(prec)::value;
+            allow_mma_shared<kernels::RowW0, P>(n);
+            if (n <= kMmaW1MaxSeqs) allow_mma_shared<kernels::RowW1, P>(n);
+            w0_slots = mma_slots<kernels::RowW0, P>(n, device_);
+        });
         const kernels::MmaBlocks w0 = kernels::mma_blocks(
-            t.n_units, mma_slots<kernels::RowW0>(n, device_), [&](int64_t) { return t.hidden; },
-            [&](int64_t u) { return t.inputs(u); });
+            t.n_units, w0_slots, [&](int64_t) { return t.hidden; }, [&](int64_t u) { return t.inputs(u); });
         w0_rows_ = DeviceBuffer<int32_t>(w0.list);
         mma_partial_ = DeviceBuffer<float>(w0.most_parts > 1 ? w0.most_parts * n * t.n_units * t.hidden : 1);
         mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(w0.groups, 0));
@@ -313,26 +351,16 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         const bool few = n <= HiddenDeltas::MmaTilesFew::kCols;
         hidden_deltas_ = DeviceBuffer<int32_t>(product_tiles(
             t.n_units, few ? HiddenDeltas::MmaTilesFew::kCols : HiddenDeltas::MmaTiles::kCols, hidden, seqs, outputs));
-        allow_mma_product_shared<HiddenDeltas>();
-        allow_mma_product_shared<HiddenDeltas, HiddenDeltas::MmaTilesFew>();
-        if (wgmma_) allow_mma_product_shared<HiddenDeltas, HiddenDeltas::WgmmaTiles>();
     }
-    if (n >= kProductSeqs) {
-        if (n > kMmaMaxSeqs) {
-            w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::MmaTiles::kCols, hidden, seqs, inputs));
-            w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::MmaTiles::kCols, hidden, inputs, seqs));
-            allow_mma_product_shared<kernels::W0Forward>();
-            allow_mma_product_shared<kernels::W0Forward, kernels::W0Forward::MmaTilesOneColumn>();
-            allow_mma_product_shared<kernels::W0Update>();
-        }
-        if (n > kMmaW1MaxSeqs) {
-            w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::MmaTiles::kCols, outputs, seqs, hidden_len));
-            w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::MmaTiles::kCols, outputs, hidden_len, seqs));
-            allow_mma_product_shared<kernels::W1Forward>();
-            allow_mma_product_shared<kernels::W1Update>();
-            if (wgmma_) allow_mma_product_shared<kernels::W1Update, kernels::W1Update::WgmmaTilesFew>();
-        }
+    if (n >= kProductSeqs && n > kMmaMaxSeqs) {
+        w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::MmaTiles::kCols, hidden, seqs, inputs));
+        w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::MmaTiles::kCols, hidden, inputs, seqs));
     }
+    if (n >= kProductSeqs && n > kMmaW1MaxSeqs) {
+        w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::MmaTiles::kCols, outputs, seqs, hidden_len));
+        w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::MmaTiles::kCols, outputs, hidden_len, seqs));
+    }
+    by_precision(cfg_.precision, [&](auto prec) { allow_products_shared<decltype(prec)::value>(n, wgmma_); });
 
     weights_ = DeviceBuffer<float>(device_weights_, kWindowSlack);
     velocity_ = DeviceBuffer<float>(device_weights_, kWindowSlack);
@@ -415,58 +443,67 @@ void launch_product(const kernels::StepArgs& a, const DeviceBuffer<int32_t>& til
 
 }  // namespace
 
-// Many sequences: the per-unit products as matrix products on tensor cores (unit_products.cuh). The forward
-// products and the hidden deltas read the old weights, so the updates come last.
-template <class Mark>
+// Many sequences: the per-unit products as matrix products on tensor cores (unit_products.cuh), in precision P.
+// The forward products and the hidden deltas read the old weights, so the updates come last.
+template <Precision P, class Mark>
 void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
     using namespace kernels;
     launch_output_deltas(a, launch);
-    // wgmma (sm_90a) where the workbench measured it ahead (benchmarks/NOTES.md); same tile lists. The
-    // hidden deltas of up to 32 sequences take 32-column tiles on either (a tile list of their own).
+    // wgmma (sm_90a, default precision) where the workbench measured it ahead (benchmarks/NOTES.md); same
+    // tile lists. The hidden deltas of up to 32 sequences take 32-column tiles on either (a tile list of their own).
     static_assert(HiddenDeltas::WgmmaTiles::kCols == HiddenDeltas::MmaTiles::kCols &&
                       W1Update::WgmmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
-    if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols)
-        launch_product<HiddenDeltas, HiddenDeltas::MmaTilesFew>(a, hidden_deltas_, launch);
-    else if (wgmma_)
-        launch_product<HiddenDeltas, HiddenDeltas::WgmmaTiles>(a, hidden_deltas_, launch);
-    else
-        launch_product<HiddenDeltas>(a, hidden_deltas_, launch);
+    constexpr bool kMayWgmma = P == Precision::kFp32;  // wgmma_ is false in the other modes
+    if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols) {
+        launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, P>>(a, hidden_deltas_, launch);
+    } else if constexpr (kMayWgmma) {
+        if (wgmma_)
+            launch_product<HiddenDeltas, HiddenDeltas::WgmmaTiles>(a, hidden_deltas_, launch);
+        else
+            launch_product<HiddenDeltas>(a, hidden_deltas_, launch);
+    } else {
+        launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTiles, P>>(a, hidden_deltas_, launch);
+    }
     mark("deltas");
     if (a.n_seq <= kMmaW1MaxSeqs) {
-        enqueue_mma_passes(a, launch, mark);
+        enqueue_mma_passes<P>(a, launch, mark);
     } else if (a.n_seq <= kMmaMaxSeqs) {
-        launch_mma<RowW0>(a.n_seq, w0_rows_, a, launch);
+        launch_mma<RowW0, P>(a.n_seq, w0_rows_, a, launch);
         mark("w0 forward+update");
-        launch_product<W1Forward>(a, w1_forward_, launch);
+        launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
         mark("w1 forward");
-        if (wgmma_)
-            launch_product<W1Update, W1Update::WgmmaTilesFew>(a, w1_update_, launch);
-        else
-            launch_product<W1Update>(a, w1_update_, launch);
+        if constexpr (kMayWgmma) {
+            if (wgmma_)
+                launch_product<W1Update, W1Update::WgmmaTilesFew>(a, w1_update_, launch);
+            else
+                launch_product<W1Update>(a, w1_update_, launch);
+        } else {
+            launch_product<W1Update, WithPrecision<W1Update::MmaTiles, P>>(a, w1_update_, launch);
+        }
         mark("w1 update");
     } else {
         // All four on mma.sync: with x gathered (W0Forward) and the old state prefetched (W0Update, W1Update)
         // each was ahead of the wgmma shapes tried (benchmarks/NOTES.md).
         if (a.n_seq > W0Forward::MmaTiles::kCols)
-            launch_product<W0Forward>(a, w0_forward_, launch);
+            launch_product<W0Forward, WithPrecision<W0Forward::MmaTiles, P>>(a, w0_forward_, launch);
         else
-            launch_product<W0Forward, W0Forward::MmaTilesOneColumn>(a, w0_forward_, launch);
+            launch_product<W0Forward, WithPrecision<W0Forward::MmaTilesOneColumn, P>>(a, w0_forward_, launch);
         mark("w0 forward");
-        launch_product<W1Forward>(a, w1_forward_, launch);
+        launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
         mark("w1 forward");
-        launch_product<W0Update>(a, w0_update_, launch);
+        launch_product<W0Update, WithPrecision<W0Update::MmaTiles, P>>(a, w0_update_, launch);
         mark("w0 update");
-        launch_product<W1Update>(a, w1_update_, launch);
+        launch_product<W1Update, WithPrecision<W1Update::MmaTiles, P>>(a, w1_update_, launch);
         mark("w1 update");
     }
 }
 
 // kMmaMinSeqs to kMmaW1MaxSeqs sequences: the W0 pass, then the W1 pass (it reads the h(s) the first writes), on tensor cores.
-template <class Mark>
+template <Precision P, class Mark>
 void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
-    launch_mma<kernels::RowW0>(a.n_seq, w0_rows_, a, launch);
+    launch_mma<kernels::RowW0, P>(a.n_seq, w0_rows_, a, launch);
     mark("w0 forward+update");
-    launch_mma<kernels::RowW1>(a.n_seq, w1_rows_, a, launch);
+    launch_mma<kernels::RowW1, P>(a.n_seq, w1_rows_, a, launch);
     mark("w1 forward+update");
 }
 
@@ -547,11 +584,13 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     }
     mark("gather");
     if (n >= kProductSeqs) {
-        enqueue_products(a, launch, mark);
+        by_precision(cfg_.precision, [&](auto prec) { enqueue_products<decltype(prec)::value>(a, launch, mark); });
     } else {
         launch_output_deltas(a, launch);
         if (n >= kHiddenProductSeqs) {
-            launch_product<HiddenDeltas, HiddenDeltas::MmaTilesFew>(a, hidden_deltas_, launch);
+            by_precision(cfg_.precision, [&](auto prec) {
+                launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, decltype(prec)::value>>(a, hidden_deltas_, launch);
+            });
         } else {
             by_bucket(n, [&](auto bucket) {
                 PVM_CUDA_CHECK(launch(hidden_deltas<decltype(bucket)::value>, static_cast<unsigned>(t.n_units), T, 0, a));
@@ -560,7 +599,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
         mark("deltas");
         const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
         if (n >= kMmaMinSeqs) {
-            enqueue_mma_passes(a, launch, mark);
+            by_precision(cfg_.precision, [&](auto prec) { enqueue_mma_passes<decltype(prec)::value>(a, launch, mark); });
         } else {
             if (n == 1) {
                 PVM_CUDA_CHECK(launch(weight_pass_single<RowW0, kWarp>, blocks_for(t.n_units * t.hidden * kWarp), T, 0, a));

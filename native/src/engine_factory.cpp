@@ -1,8 +1,10 @@
 #include "pvm/engine_factory.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "pvm/cpu_engine.h"
+#include "pvm/numerics.h"
 #if PVM_WITH_CUDA
 #include "pvm/cuda_engine.h"
 #endif
@@ -24,6 +26,9 @@ int cuda_index(const std::string& device) {
 
 std::unique_ptr<Engine> make_engine(Topology topo, EngineConfig cfg, const std::string& device) {
     if (cfg.n_seq < 1) throw std::invalid_argument("n_seq must be at least 1");
+    // pvm::Precision; the CPU engine computes in FP32 in every mode.
+    if (cfg.precision < 0 || cfg.precision > static_cast<int>(Precision::kBf16))
+        throw std::invalid_argument("precision must be 0 (fp32), 1 (tf32) or 2 (bf16), got " + std::to_string(cfg.precision));
     if (device == "cpu") return std::make_unique<CpuEngine>(std::move(topo), cfg);
     const int index = cuda_index(device);
 #if PVM_WITH_CUDA

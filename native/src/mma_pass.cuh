@@ -12,8 +12,8 @@
 // the tensor core's FP32 accumulation dominates. Truncating hi as well (one operation fewer) was 2-3%
 // faster but moved the engine's errors (tiny n_seq 64 momentum 4.2e-7 -> 7.2e-7): rejected. Measured (dev/cuda/weight_pass_multi.cu): h within 1.1e-6 of a double reference (FMA
 // chains: 6e-8), W and V as exact as before; within the engine's tolerances (pvm-algorithm.md §3.12).
-// TensorMath<P> holds the arithmetic; the opt-in TF32 and BF16 modes (issue 12 item 3) are so far only in the
-// workbench (dev/cuda/weight_pass_multi.cu), which measures their errors and time.
+// TensorMath<P> holds the arithmetic: this default, or the opt-in TF32 and BF16 modes (EngineConfig::precision;
+// their errors and times: dev/cuda/weight_pass_multi.cu and benchmarks/NOTES.md).
 // Deterministic: the tensor core's accumulation order is fixed for one device; no atomics.
 //
 // The one fragment layout that serves both products: a lane (g = lane / 4, t = lane % 4) holds W at
@@ -97,12 +97,8 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
     return r;
 }
 
-// The tensor cores' arithmetic (issue 12's precision modes). kFp32, the default: 3xTF32, within the engine's FP32
-// tolerances. kTf32: one TF32 product (operands rounded to 10 mantissa bits). kBf16: BF16 operands (7 bits) on
-// m16n8k8.bf16. All accumulate in FP32, and W and V stay FP32 in memory.
-enum class Precision { kFp32, kTf32, kBf16 };
-
-// A and B fragments of one m16n8k8 product in precision P, built from FP32 values. A lane (g, t) holds A at rows g,
+// The tensor cores' arithmetic in precision P (pvm::Precision, numerics.h; BF16 on m16n8k8.bf16): the A and B
+// fragments of one m16n8k8 product, built from FP32 values. A lane (g, t) holds A at rows g,
 // g+8 and the k indices k0(t), k1(t) (TF32's layout: t, t+4; BF16's: 2t, 2t+1), and B at k0(t), k1(t) of column g.
 template <Precision P>
 struct TensorMath {

@@ -32,8 +32,9 @@ constexpr int kMmaProductRows = 64;  // rows (m) per block tile
 // the tile's start 271.3 and 99.7 (benchmarks/NOTES.md).
 constexpr int kPrefetchK = 32;
 
-// The arithmetic a tile shape asks for (TensorMath, mma_pass.cuh): the engine's shapes take the default, 3xTF32;
-// a shape with a kPrecision member (the workbench's opt-in modes) takes that.
+// The arithmetic a tile shape asks for (TensorMath, mma_pass.cuh): a shape takes the default, 3xTF32, unless it
+// is InPrecision<S, P> (an opt-in mode, pvm::Precision). WithPrecision<S, P> is S itself for the default, so that
+// the default's kernels are the same types in every mode.
 template <class S, class = void>
 struct ShapePrecision {
     static constexpr Precision value = Precision::kFp32;
@@ -42,6 +43,12 @@ template <class S>
 struct ShapePrecision<S, std::void_t<decltype(S::kPrecision)>> {
     static constexpr Precision value = S::kPrecision;
 };
+template <class S, Precision P>
+struct InPrecision : S {
+    static constexpr Precision kPrecision = P;
+};
+template <class S, Precision P>
+using WithPrecision = std::conditional_t<P == Precision::kFp32, S, InPrecision<S, P>>;
 
 // Shared memory of one block of shape S: S::kStages slabs of A ([k][m]) and B ([k][n]).
 template <class S>
@@ -227,6 +234,10 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
             // A (16 x 8, row-major): (g, k0), (g+8, k0), (g, k1), (g+8, k1); B (8 x 8): (k0, g), (k1, g), where
             // (k0, k1) = (t, t+4) in TF32's layout and (2t, 2t+1) in BF16's.
             const int k0 = kk + M::k0(t), k1 = kk + M::k1(t);
+            // The swizzle takes k in groups of 4: TF32's k0 and k1 lie in the groups of kk and kk + 4, constants of
+            // the unrolled loop (swizzle(k0) computed from t cost the W0 forward 3.5% at 256 sequences); BF16's
+            // depend on t.
+            const int z0 = M::kBf16 ? k0 : kk, z1 = M::kBf16 ? k1 : kk + 4;
             typename M::A af[MT];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
@@ -234,7 +245,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int k = e >= 2 ? k1 : k0, m = wm + 16 * mt + (e % 2 == 1 ? 8 : 0);
-                    const float av = As[k * kAStride + m + (g ^ ACopies::swizzle(k))];
+                    const float av = As[k * kAStride + m + (g ^ ACopies::swizzle(e >= 2 ? z1 : z0))];
                     v[e] = P::kScaleA ? __fmul_rn(p.a_scale, av) : av;
                 }
                 af[mt] = M::a(v[0], v[1], v[2], v[3]);
@@ -242,8 +253,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const int n = wn + 8 * j;
-                const typename M::B bf = M::b(Bs[k0 * kBStride + n + (g ^ BCopies::swizzle(k0))],
-                                              Bs[k1 * kBStride + n + (g ^ BCopies::swizzle(k1))]);
+                const typename M::B bf = M::b(Bs[k0 * kBStride + n + (g ^ BCopies::swizzle(z0))],
+                                              Bs[k1 * kBStride + n + (g ^ BCopies::swizzle(z1))]);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     if (!live[mt]) continue;

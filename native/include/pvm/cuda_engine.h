@@ -17,6 +17,7 @@
 
 #include "pvm/device_buffer.h"
 #include "pvm/engine.h"
+#include "pvm/numerics.h"
 
 namespace pvm {
 
@@ -56,10 +57,11 @@ private:
     // (step - first) mod n_frames in place.
     template <class Pixel, class Mark>
     void enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_frames = 0, int64_t first = 0);
-    template <class Mark>
+    // The tensor-core work of a step in precision P (EngineConfig::precision).
+    template <Precision P, class Mark>
     void enqueue_products(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
     kernels::StepArgs step_args();
-    template <class Mark>
+    template <Precision P, class Mark>
     void enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
     template <class Pixel>
     Pixel* upload_frames(const Pixel* frames);
@@ -81,7 +83,7 @@ private:
     // sequences): on sm_90 and later with CUDA 12.3 or later, unless the environment sets
     // PVM_CUDA_CHAIN=0 (to compare, or to rule it out).
     bool chain_ = false;
-    bool wgmma_ = false;  // products on wgmma where measured ahead (from kProductSeqs, sm_90a build, capability 9.0)
+    bool wgmma_ = false;  // products on wgmma where measured ahead (from kProductSeqs, sm_90a build, capability 9.0, FP32 precision)
 
     // Topology on the device.
     // w0_off_, w1_off_: the device's offsets (W0's rows pitched); w0_packed_off_: the host's (Topology::w0_off).

@@ -18,6 +18,12 @@ namespace pvm {
 
 enum class Derivative : int { Original = 0, Exact = 1 };
 
+// The tensor cores' arithmetic in the CUDA engine's products (from 5 sequences; issue 12 item 3). kFp32, the default:
+// 3xTF32 (split operands), within the engine's FP32 tolerances. kTf32: one TF32 product (operands rounded to 10
+// mantissa bits). kBf16: BF16 operands (7 bits). All accumulate in FP32, and W and V stay FP32 in memory. The CPU
+// engine and the element-wise kernels compute in FP32 in every mode.
+enum class Precision : int { kFp32 = 0, kTf32 = 1, kBf16 = 2 };
+
 // uint8 BGR -> float32 in [0,1] (divide by 255 in float32), then c = fl32(fl32(F*0.8f) + 0.1f).
 PVM_HD float compress_pixel(uint8_t v) {
     float f = static_cast<float>(v) / 255.0f;

@@ -40,6 +40,7 @@ struct Topology {
 struct EngineConfig {
     bool polynomial = true;
     int derivative = 0;  // pvm::Derivative
+    int precision = 0;   // pvm::Precision: the CUDA engine's tensor-core arithmetic
     bool opt_abs_diff = false;
     int64_t n_seq = 1;
 };

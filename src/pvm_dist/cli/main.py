@@ -464,6 +464,7 @@ def bench(
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.", min=0)] = 20,
     frames: Annotated[str, typer.Option("--frames", help="host: frames uploaded every step; device: a dataset held on the GPU (native engine).")] = "host",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of results.")] = False,
+    overrides: Annotated[list[str], typer.Option("-O", help="Spec override key=value (repeatable), e.g. -O precision=tf32.")] = [],  # noqa: B006
 ) -> None:
     """Steps/s and frames/s against each regime's roofline (memory or FP32 compute for that n_seq, pvm-algorithm.md §7), with a per-phase breakdown."""
     from pvm_dist.run.bench import as_row, run_bench
@@ -478,7 +479,8 @@ def bench(
         raise UserError(f"--n-seq takes integers, got {n_seqs}") from None
     if any(b < 1 for b in batch_sizes):
         raise UserError("--n-seq values must be positive")
-    loaded = [load_spec(s) for s in _split_list(specs)]
+    parsed = _parse_overrides(overrides)
+    loaded = [load_spec(s).with_overrides(parsed) if parsed else load_spec(s) for s in _split_list(specs)]
     results = []
     for spec in loaded:
         for n in batch_sizes:
@@ -503,7 +505,8 @@ def _print_bench(results: list[Any]) -> None:
     for col in ("spec", "backend", "frames", "n_seq", "steps/s", "frames/s", "GB/s", "GFLOP/s", "roofline steps/s", "ratio", "bound"):
         table.add_column(col, justify="right")
     for r in results:
-        table.add_row(r.spec, r.backend, r.frames, str(r.n_seq), f"{r.steps_per_s:,.1f}", f"{r.frames_per_s:,.0f}",
+        spec = r.spec if r.precision == "fp32" else f"{r.spec} ({r.precision})"
+        table.add_row(spec, r.backend, r.frames, str(r.n_seq), f"{r.steps_per_s:,.1f}", f"{r.frames_per_s:,.0f}",
                       f"{r.achieved_gb_per_s:,.1f}", f"{r.achieved_gflop_per_s:,.1f}", f"{r.floor_steps_per_s:,.0f}",
                       f"{r.ratio_to_floor:.1%}", r.bound)
     con = console()

@@ -19,7 +19,7 @@ from pvm_dist.engine.base import RING, EngineBase
 from pvm_dist.engine.native import build_info, native_import_error, native_module
 from pvm_dist.model.numerics import initial_weights
 from pvm_dist.model.schedule import event_steps
-from pvm_dist.model.spec import DERIVATIVE_MODES, Spec
+from pvm_dist.model.spec import DERIVATIVE_MODES, PRECISIONS, Spec
 from pvm_dist.model.topology import Topology, build_topology
 
 RING_BUFFERS = ("x_ring", "h_ring", "y_ring")
@@ -53,7 +53,7 @@ class NativeEngine(EngineBase):
         self._engine = module.Engine(
             self.topo.native_arrays(), polynomial=bool(spec["polynomial"]),
             derivative=DERIVATIVE_MODES.index(spec["derivative"]), opt_abs_diff=bool(spec["opt_abs_diff"]),
-            n_seq=n_seq, device=self.device)
+            n_seq=n_seq, device=self.device, precision=PRECISIONS.index(spec["precision"]))
         self._engine.write("weights", initial_weights(self.topo.n_weights, seed))
 
     @property

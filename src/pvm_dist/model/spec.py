@@ -18,6 +18,9 @@ from typing import Any
 from pvm_dist.model.safe_load import TextFormatError, parse_json, read_text
 
 DERIVATIVE_MODES = ("original", "exact")
+#: The CUDA engine's tensor-core arithmetic (issue 12 item 3): fp32 is 3xTF32, within FP32 tolerances; tf32 and
+#: bf16 round the products' operands to TF32 or BF16 for speed. The index is the native engine's pvm::Precision.
+PRECISIONS = ("fp32", "tf32", "bf16")
 FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
 
 #: Keys the original code reads but that do nothing there (pvm-algorithm.md §1.2).
@@ -130,6 +133,12 @@ def _derivative(value: Any) -> str:
     return value
 
 
+def _precision(value: Any) -> str:
+    if value not in PRECISIONS:
+        raise ValueError(f"unknown precision {value!r}; expected one of {', '.join(PRECISIONS)}")
+    return value
+
+
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"must be a string, got {value!r}")
@@ -179,6 +188,7 @@ FIELDS: dict[str, _Field] = {
     "4_layer_readout": _Field(_switch, False),
     "ignore_depth": _Field(_switch, False),
     "derivative": _Field(_derivative, "original"),
+    "precision": _Field(_precision, "fp32"),
 }
 
 

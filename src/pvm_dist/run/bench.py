@@ -42,6 +42,7 @@ class BenchResult:
     frames: str = "host"  # "host": uploaded every step; "device": a dataset held on the device
     chained_launches: bool = False  # a step's kernels launched as programmatic dependents (CUDA, sm_90+)
     wgmma_products: bool = False  # per-unit products on wgmma (CUDA, sm_90a build, from 9 sequences)
+    precision: str = "fp32"  # the spec's tensor-core arithmetic (the CUDA engine from 5 sequences)
 
 
 def _cuda_index(device: str) -> int:
@@ -117,7 +118,7 @@ def run_bench(spec: Spec, n_seq: int, backend: str = "auto", device: str | None 
         achieved_gflop_per_s=rate * flops_per_step / 1e9, bandwidth_gb_per_s=bandwidth / 1e9,
         floor_steps_per_s=floor, ratio_to_floor=rate / floor,
         bound=bound, phases_ms=phases, frames=frames, chained_launches=engine.chained_launches,
-        wgmma_products=engine.wgmma_products)
+        wgmma_products=engine.wgmma_products, precision=spec["precision"])
 
 
 def as_row(r: BenchResult) -> dict[str, Any]:
