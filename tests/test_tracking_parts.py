@@ -179,3 +179,23 @@ def test_delivery_survives_an_outage_and_delivers_in_order(tmp_path):
     assert delivery.close("FINISHED") is True and delivery.close("FINISHED") is False
     delivery.join(10)
     assert sink.ended == "FINISHED"
+
+
+def test_an_image_series_entry_is_named_by_its_picture(tmp_path):
+    """The same picture logged again (a run finished after a kill) gets the same artifact names, so MLflow keeps
+    one entry for that step; another picture at that step gets other names."""
+    import cv2
+    import numpy as np
+
+    from pvm_dist.tracking.images import image_series_files
+
+    png = tmp_path / "step_000000040.png"
+    cv2.imwrite(str(png), np.full((30, 40, 3), 90, np.uint8))
+    first = image_series_files(png, "prediction", 40, tmp_path / "a")
+    again = image_series_files(png, "prediction", 40, tmp_path / "b")
+    assert [p.name for p in first] == [p.name for p in again]
+    assert first[0].name.startswith("prediction+step+40+timestamp+") and first[1].name.endswith("+compressed.webp")
+    assert first[0].read_bytes() == png.read_bytes()
+    cv2.imwrite(str(png), np.full((30, 40, 3), 200, np.uint8))
+    other = image_series_files(png, "prediction", 40, tmp_path / "c")
+    assert other[0].name != first[0].name

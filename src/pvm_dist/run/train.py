@@ -103,13 +103,15 @@ class _RunFolder:
         return path
 
     def log_kept(self, step: int) -> Path | None:
-        """Finishing a run killed after its final checkpoint: the last picture and the animation it wrote
-        before that checkpoint, logged again under the same artifact paths. Returns the animation, if any."""
+        """Finishing a run killed after its final checkpoint: the last picture (also in the image series) and
+        the animation it wrote before that checkpoint, logged again under the same artifact paths; the killed
+        process may have died before delivering them. Returns the animation, if any."""
         path = self.path / "pictures" / f"step_{step:09d}.png"
         gif = self.path / "prediction.gif"
         if self.tracker is not None:
             if path.exists():
                 self.tracker.log_artifact(path, "pictures")
+                log_image_series(self.tracker, path, step, self.path / "tracking-images")
             if gif.exists():
                 self.tracker.log_artifact(gif)
         if path.exists():

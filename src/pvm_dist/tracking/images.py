@@ -5,8 +5,7 @@ the file name and shows the small WebP preview in its grid)."""
 
 from __future__ import annotations
 
-import shutil
-import time
+import hashlib
 import uuid
 from pathlib import Path
 
@@ -20,11 +19,18 @@ PREVIEW_SIDE = 256  # the preview's longer side in pixels, as MLflow's own
 
 
 def image_series_files(png: Path, key: str, step: int, folder: Path) -> list[Path]:
-    """The full-size PNG and its WebP preview for ``key`` at ``step``, named as MLflow names them, in ``folder``."""
+    """The full-size PNG and its WebP preview for ``key`` at ``step``, named as MLflow names them, in ``folder``.
+
+    The names come from the picture itself (its time and a hash of its bytes, where MLflow puts a log time and a
+    random id), so logging the same picture again writes the same artifacts: a run finished after a kill logs its
+    last picture again without a second entry at that step, whether or not the killed process delivered it."""
     folder.mkdir(parents=True, exist_ok=True)
-    base = f"{key.replace('/', '~')}+step+{step}+timestamp+{int(time.time() * 1000)}+{uuid.uuid4()}"
+    data = png.read_bytes()
+    stamp = png.stat().st_mtime_ns // 1_000_000
+    ident = uuid.UUID(bytes=hashlib.sha256(data).digest()[:16])
+    base = f"{key.replace('/', '~')}+step+{step}+timestamp+{stamp}+{ident}"
     full = folder / f"{base}.png"
-    shutil.copyfile(png, full)
+    full.write_bytes(data)
     image = cv2.imread(str(png), cv2.IMREAD_COLOR)
     h, w = image.shape[:2]
     scale = PREVIEW_SIDE / max(h, w)
