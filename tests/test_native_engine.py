@@ -165,7 +165,7 @@ def test_native_cuda_matches_oracle(name, n_seq, derivative):
 
 # The opt-in precisions (issue 12 item 3) against the default on the same GPU and frames: the tensor-core weight
 # passes (8, 16), W1 as products (48), every product (96, 256). The bounds are about 3x the largest errors measured
-# on an H100 (the momentum's: 3.1e-4 and 2.7e-3; benchmarks/results-precision-h100.md); an error of 0 would mean
+# on an H100 (the momentum's: 3.1e-4 and 2.7e-3; benchmarks/results-precision.md); an error of 0 would mean
 # the mode is not in use.
 PRECISION_BOUNDS = {"tf32": 1e-3, "bf16": 1e-2}
 PRECISION_CASES = [("tiny", 8), ("small", 16), ("tiny", 48), ("tiny", 96), ("small", 256)]
