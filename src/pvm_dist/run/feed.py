@@ -3,9 +3,9 @@
 - A source that repeats (file data: every stream wraps around the clips' timeline) and fits in
   ``DATASET_BYTES`` is handed to the engine once, whole, as its dataset: on a GPU it is copied there once
   and every later step is a graph launch.
-- A source that can draw its frames on the GPU (the synthetic balls) fills a ring of ``block`` steps held
-  on the engine's GPU, which the engine trains on as its dataset; between two blocks the host only waits
-  for the engine and launches the drawing.
+- A source that can draw its frames on the GPU (the synthetic balls) fills a ring of two blocks of ``block``
+  steps held on the engine's GPU, which the engine trains on as its dataset. The next block is drawn into the
+  half the engine is not reading while it trains on the other, so the engine waits only for the launch.
 - Otherwise each step's frames are handed over from the host, read in bulk blocks.
 
 An ``observe(first_step, frames)`` callback sees every block of frames as the engine gets it (numpy, or
@@ -22,7 +22,7 @@ import numpy as np
 from pvm_dist.data import FrameSource
 from pvm_dist.engine.base import Engine
 
-BLOCK_BYTES = 256 << 20  # the most frame bytes one drawn block holds
+RING_BYTES = 256 << 20  # the most frame bytes the drawn ring holds (two blocks)
 DATASET_BYTES = 1 << 30  # the most frame bytes of a repeating source held whole by the engine
 
 
@@ -33,13 +33,13 @@ class FrameFeed:
                  observe: Callable[[int, Any], None] | None = None) -> None:
         self.engine, self.source, self.observe = engine, source, observe
         frame_bytes = engine.n_seq * int(np.prod(engine.spec.image_shape))
-        self.block = max(1, min(1024, BLOCK_BYTES // frame_bytes))
+        self.block = max(1, min(512, RING_BYTES // 2 // frame_bytes))
         self.on_device = engine.device_label.startswith("cuda") and source.device_renderable
         # Only the native engine gains from holding frames (its steps then need no host work).
         self.whole = (not self.on_device and source.period is not None and engine.backend == "native"
                       and source.period * frame_bytes <= DATASET_BYTES)
         self._held = False  # the whole source has been handed to the engine
-        self._ring: Any = None  # the device ring [block, n_seq, D, D, C] the engine reads as its dataset
+        self._ring: Any = None  # the device ring [2 block, n_seq, D, D, C] the engine reads as its dataset
         self._ring_first = 0
 
     def run(self, k: int) -> None:
@@ -70,23 +70,27 @@ class FrameFeed:
         """Sequence ``seq``'s frame of the last step trained (on the ring path, read from the GPU)."""
         step = self.engine.step_index - 1
         if self.on_device:
-            return self._ring[(step - self._ring_first) % self.block, seq].get()
+            return self._ring[(step - self._ring_first) % len(self._ring), seq].get()
         return self.source.frames(step)[seq]
 
     def _fill_ring(self, step: int, n: int) -> Any:
-        """Draw steps step … step + n − 1 into their ring slots, (s − first) mod block; the drawn block."""
+        """Draw steps step … step + n − 1 (n ≤ block) into their ring slots, (s − first) mod 2 block; the drawn block.
+
+        At most one block is ever queued on the engine (each launch waits for the one before), and it holds at
+        most ``block`` slots, so these n slots are free: the engine trains on while they are drawn."""
         import cupy
 
         if self._ring is None:
-            shape = (self.block, self.engine.n_seq, *self.engine.spec.image_shape)
+            shape = (2 * self.block, self.engine.n_seq, *self.engine.spec.image_shape)
             self._ring, self._ring_first = cupy.empty(shape, cupy.uint8), step
             self.engine.set_dataset(self._ring, first_step=step)
-        self.engine.synchronize()  # the engine has read the slots about to be drawn over
+        size = len(self._ring)
         drawn = self.source.frames_block_device(step, n)
-        first = (step - self._ring_first) % self.block
-        head = min(n, self.block - first)
+        first = (step - self._ring_first) % size
+        head = min(n, size - first)
         self._ring[first : first + head] = drawn[:head]
         if head < n:
             self._ring[: n - head] = drawn[head:]
         cupy.cuda.get_current_stream().synchronize()  # drawn before the engine's stream reads it
+        self.engine.synchronize()  # the block before is done: the next draw may take its slots
         return drawn
