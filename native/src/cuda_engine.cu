@@ -441,6 +441,16 @@ void launch_product(const kernels::StepArgs& a, const DeviceBuffer<int32_t>& til
                           kernels::product_shared_bytes<Shape>(), a, tiles.data()));
 }
 
+// Product on its wgmma shape Wgmma where the engine runs wgmma (wgmma_: the default precision only), else on the
+// mma.sync shape Mma in precision P.
+template <class Product, class Wgmma, class Mma, Precision P>
+void launch_product_on(bool wgmma, const kernels::StepArgs& a, const DeviceBuffer<int32_t>& tiles,
+                       const kernels::StepLaunch& launch) {
+    if constexpr (P == Precision::kFp32)
+        if (wgmma) return launch_product<Product, Wgmma>(a, tiles, launch);
+    launch_product<Product, kernels::WithPrecision<Mma, P>>(a, tiles, launch);
+}
+
 }  // namespace
 
 // Many sequences: the per-unit products as matrix products on tensor cores (unit_products.cuh), in precision P.
@@ -453,17 +463,10 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     // tile lists. The hidden deltas of up to 32 sequences take 32-column tiles on either (a tile list of their own).
     static_assert(HiddenDeltas::WgmmaTiles::kCols == HiddenDeltas::MmaTiles::kCols &&
                       W1Update::WgmmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
-    constexpr bool kMayWgmma = P == Precision::kFp32;  // wgmma_ is false in the other modes
-    if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols) {
+    if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols)
         launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, P>>(a, hidden_deltas_, launch);
-    } else if constexpr (kMayWgmma) {
-        if (wgmma_)
-            launch_product<HiddenDeltas, HiddenDeltas::WgmmaTiles>(a, hidden_deltas_, launch);
-        else
-            launch_product<HiddenDeltas>(a, hidden_deltas_, launch);
-    } else {
-        launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTiles, P>>(a, hidden_deltas_, launch);
-    }
+    else
+        launch_product_on<HiddenDeltas, HiddenDeltas::WgmmaTiles, HiddenDeltas::MmaTiles, P>(wgmma_, a, hidden_deltas_, launch);
     mark("deltas");
     if (a.n_seq <= kMmaW1MaxSeqs) {
         enqueue_mma_passes<P>(a, launch, mark);
@@ -472,14 +475,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         mark("w0 forward+update");
         launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
         mark("w1 forward");
-        if constexpr (kMayWgmma) {
-            if (wgmma_)
-                launch_product<W1Update, W1Update::WgmmaTilesFew>(a, w1_update_, launch);
-            else
-                launch_product<W1Update>(a, w1_update_, launch);
-        } else {
-            launch_product<W1Update, WithPrecision<W1Update::MmaTiles, P>>(a, w1_update_, launch);
-        }
+        launch_product_on<W1Update, W1Update::WgmmaTilesFew, W1Update::MmaTiles, P>(wgmma_, a, w1_update_, launch);
         mark("w1 update");
     } else {
         // All four on mma.sync: with x gathered (W0Forward) and the old state prefetched (W0Update, W1Update)
