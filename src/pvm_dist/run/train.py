@@ -96,11 +96,15 @@ class _RunFolder:
         except OSError as exc:
             logger.warning("pvm-dist: warning: %s; training goes on", exc)
             return None
-        if self.tracker is not None:
-            self.tracker.log_artifact(path, "pictures")
-            log_image_series(self.tracker, path, session.step, self.path / "tracking-images")
+        self._log_picture(path, session.step)
         self.picture = path
         return path
+
+    def _log_picture(self, path: Path, step: int) -> None:
+        """The picture of ``step`` to MLflow: under pictures/ and as that step of the image series."""
+        if self.tracker is not None:
+            self.tracker.log_artifact(path, "pictures")
+            log_image_series(self.tracker, path, step, self.path / "tracking-images")
 
     def log_kept(self, step: int) -> Path | None:
         """Finishing a run killed after its final checkpoint: the last picture (also in the image series) and
@@ -108,14 +112,11 @@ class _RunFolder:
         process may have died before delivering them. Returns the animation, if any."""
         path = self.path / "pictures" / f"step_{step:09d}.png"
         gif = self.path / "prediction.gif"
-        if self.tracker is not None:
-            if path.exists():
-                self.tracker.log_artifact(path, "pictures")
-                log_image_series(self.tracker, path, step, self.path / "tracking-images")
-            if gif.exists():
-                self.tracker.log_artifact(gif)
         if path.exists():
+            self._log_picture(path, step)
             self.picture = path
+        if self.tracker is not None and gif.exists():
+            self.tracker.log_artifact(gif)
         return gif if gif.exists() else None
 
     def save_checkpoint(self, state: RunState) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import cv2
+import numpy as np
 
 ARTIFACT_PATH = "images"  # where MLflow looks for a run's image series
 LOGGED_IMAGES_TAG = "mlflow.loggedImages"  # the tag that makes the UI look there
@@ -31,7 +32,7 @@ def image_series_files(png: Path, key: str, step: int, folder: Path) -> list[Pat
     base = f"{key.replace('/', '~')}+step+{step}+timestamp+{stamp}+{ident}"
     full = folder / f"{base}.png"
     full.write_bytes(data)
-    image = cv2.imread(str(png), cv2.IMREAD_COLOR)
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)  # the bytes already read
     h, w = image.shape[:2]
     scale = PREVIEW_SIDE / max(h, w)
     preview = folder / f"{base}+compressed.webp"
