@@ -1,5 +1,5 @@
 """A few steps of the CUDA engine in every fused-pass bucket and in feed-context mode, for
-compute-sanitizer (the shared-memory staging of weight_pass_multi, weight_pass_mma, mma_product and wgmma_product (an sm_90a build), the hidden
+compute-sanitizer (the shared-memory staging of weight_pass_multi, weight_pass_mma, weight_pass_short, mma_product and wgmma_product (an sm_90a build), the hidden
 deltas' partial sums), also in the opt-in precisions:
     compute-sanitizer --tool racecheck python3 -P dev/cuda/racecheck.py"""
 import numpy as np

@@ -13,6 +13,7 @@
 #include "dependent_launch.cuh"
 #include "mma_pass.cuh"
 #include "mma_products.cuh"
+#include "short_rows_pass.cuh"
 #include "step_kernels.cuh"
 #include "unit_products.cuh"
 #include "wgmma_product.cuh"
@@ -195,6 +196,30 @@ int64_t mma_slots(int64_t n, int device) {
     return kernels::mma_balance_slots(per_sm, sms);
 }
 
+// Calls f(std::integral_constant<int, NS>) for weight_pass_short's bucket NS >= n (n <= kMmaW1MaxSeqs).
+template <class F>
+void by_short_bucket(int64_t n, F&& f) {
+    static_assert(kMmaW1MaxSeqs == 32, "the buckets end at 32");
+    if (n <= 8) return f(std::integral_constant<int, 8>{});
+    if (n <= 16) return f(std::integral_constant<int, 16>{});
+    return f(std::integral_constant<int, 32>{});
+}
+
+// Lets weight_pass_short have its shared memory; returns how many of its blocks are resident at once on the device.
+template <Precision P>
+int short_pass_slots(int64_t n, int device) {
+    int per_sm = 0, sms = 0;
+    by_short_bucket(n, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        const auto kernel = kernels::weight_pass_short<NS, P>;
+        const int bytes = static_cast<int>(kernels::short_shared_bytes<NS>());
+        PVM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::kShortThreads, bytes));
+    });
+    PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return per_sm * sms;
+}
+
 template <class Row, Precision P>
 void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     by_mma_bucket(n, [&](auto bucket) {
@@ -323,7 +348,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         by_precision(cfg_.precision, [&](auto prec) {
             constexpr Precision P = decltype(prec)::value;
             allow_mma_shared<kernels::RowW0, P>(n);
-            if (n <= kMmaW1MaxSeqs) allow_mma_shared<kernels::RowW1, P>(n);
+            if (n <= kMmaW1MaxSeqs) allow_mma_shared<kernels::RowW1, P>(n);  // (W1's rows may be long)
             w0_slots = mma_slots<kernels::RowW0, P>(n, device_);
         });
         const kernels::MmaBlocks w0 = kernels::mma_blocks(
@@ -331,8 +356,17 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         w0_rows_ = DeviceBuffer<int32_t>(w0.list);
         mma_partial_ = DeviceBuffer<float>(w0.most_parts > 1 ? w0.most_parts * n * t.n_units * t.hidden : 1);
         mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(w0.groups, 0));
-        w1_rows_ = DeviceBuffer<int32_t>(kernels::mma_blocks(  // W1's rows of H+1 (or H+1+H|ctx|): not split
-            t.n_units, 0, [&](int64_t u) { return t.outputs(u); }, [&](int64_t u) { return t.hidden_len(u); }).list);
+        const std::vector<int32_t> w1_runs = kernels::mma_blocks(  // W1's rows of H+1 (or H+1+H|ctx|): not split
+            t.n_units, 0, [&](int64_t u) { return t.outputs(u); }, [&](int64_t u) { return t.hidden_len(u); }).list;
+        int64_t longest = 0;
+        for (int64_t u = 0; u < t.n_units; ++u) longest = std::max(longest, t.hidden_len(u));
+        if (n <= kMmaW1MaxSeqs && longest <= kernels::kShortMaxLen) {
+            w1_tiles_ = DeviceBuffer<int64_t>(kernels::short_tiles(w1_runs, w1_pitched, t.y_off, t.h_off));
+            by_precision(cfg_.precision, [&](auto prec) { w1_short_blocks_ = short_pass_slots<decltype(prec)::value>(n, device_); });
+            w1_short_blocks_ = static_cast<int>(std::min<int64_t>(w1_short_blocks_, w1_tiles_.size() / kernels::kShortTileInts));
+        } else {
+            w1_rows_ = DeviceBuffer<int32_t>(w1_runs);
+        }
     } else if (n > 1 && n < kMmaMinSeqs) {
         const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w0_rows_ = DeviceBuffer<int32_t>(row_blocks(
@@ -495,11 +529,22 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
 }
 
 // kMmaMinSeqs to kMmaW1MaxSeqs sequences: the W0 pass, then the W1 pass (it reads the h(s) the first writes), on tensor cores.
+// W1's rows of up to kShortMaxLen entries go in tiles (weight_pass_short): H200, small, 36.4 against 43.9 us at 16
+// sequences, 48.9 against 60.8 at 32 (dev/cuda/w1_pass.cu).
 template <Precision P, class Mark>
 void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
     launch_mma<kernels::RowW0, P>(a.n_seq, w0_rows_, a, launch);
     mark("w0 forward+update");
-    launch_mma<kernels::RowW1, P>(a.n_seq, w1_rows_, a, launch);
+    if (w1_short_blocks_ > 0) {
+        by_short_bucket(a.n_seq, [&](auto bucket) {
+            constexpr int NS = decltype(bucket)::value;
+            PVM_CUDA_CHECK(launch(kernels::weight_pass_short<NS, P>, static_cast<unsigned>(w1_short_blocks_), kernels::kShortThreads,
+                                  kernels::short_shared_bytes<NS>(), a, w1_tiles_.data(),
+                                  static_cast<int>(w1_tiles_.size() / kernels::kShortTileInts)));
+        });
+    } else {
+        launch_mma<kernels::RowW1, P>(a.n_seq, w1_rows_, a, launch);
+    }
     mark("w1 forward+update");
 }
 

@@ -101,6 +101,10 @@ private:
     // Blocks of the fused row passes for 2..64 sequences (weight_pass_multi below kMmaMinSeqs, then
     // weight_pass_mma): (unit, first row, end row).
     DeviceBuffer<int32_t> w0_rows_, w1_rows_;
+    // W1's pass on weight_pass_short (short_rows_pass.cuh) where its rows are short, kMmaMinSeqs to kMmaW1MaxSeqs
+    // sequences: the tiles' records, and the resident blocks that walk them (0: weight_pass_mma's W1 pass).
+    DeviceBuffer<int64_t> w1_tiles_;
+    int w1_short_blocks_ = 0;
 
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
