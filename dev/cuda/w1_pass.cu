@@ -1,4 +1,4 @@
-// Workbench: the W1 pass of 5..64 sequences on tensor cores, both versions (the engine's own code):
+// Workbench: the W1 pass of 2..64 sequences on tensor cores, both versions (the engine's own code):
 // weight_pass_mma<RowW1> (native/src/mma_pass.cuh: a block per run of up to 64 rows, streamed along its 50
 // columns) and weight_pass_short (native/src/short_rows_pass.cuh: resident blocks walking 64-row tiles),
 // against a CPU reference in double, and timed (L2 flushed before each run).
@@ -6,7 +6,7 @@
 // 50), 150..392 outputs per unit as in small.json. Checks y(s) = phi(W1 h(s)) and the momentum update with
 // lr*delta_out and h(s-2), then reports the weight traffic (16 bytes per weight) against the copy bandwidth.
 //   nvcc -std=c++17 -O3 -arch=sm_90a -fmad=false -I../../native/include -o w1_pass w1_pass.cu
-//   ./w1_pass [n_seq ...]        (default: 5 8 16 32 64; PVM_WB_NOTIME=1: checks only, for compute-sanitizer)
+//   ./w1_pass [n_seq ...]        (default: 2 4 5 8 16 32 64; PVM_WB_NOTIME=1: checks only, for compute-sanitizer)
 #include "../../native/src/short_rows_pass.cuh"
 #include "step_state.h"
 
@@ -116,7 +116,7 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
 }  // namespace
 
 int main(int argc, char** argv) {
-    const std::vector<int64_t> seqs = parse_seqs(argc, argv, {5, 8, 16, 32, 64}, 5, 64);
+    const std::vector<int64_t> seqs = parse_seqs(argc, argv, {2, 4, 5, 8, 16, 32, 64}, 2, 64);
     const Layout L(inputs, outputs);
     const double copy_bw = copy_bandwidth(size_t{1} << 30);
     std::printf("W1: %ld rows of %ld (%.1f MB of W and V); copy bandwidth %.2f TB/s\n", static_cast<long>(L.y_total),

@@ -34,7 +34,8 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   update as separate per-unit products on tensor cores (mma_product). The W1 pass ends earlier, at
 //   kMmaW1MaxSeqs: with 33-64 sequences its 50-float rows leave the pass at one block per SM (153 us at
 //   64 against 98 us for the two W1 products), while the W0 pass still beats its products (287 against
-//   395 us at 64).
+//   395 us at 64). From 2 to kMmaW1MaxSeqs sequences W1's rows of up to kShortMaxLen entries go in 64-row
+//   tiles instead (weight_pass_short; feed-context rows are longer and keep the passes above).
 // - Hidden deltas: up to 4 sequences the per-unit kernel hidden_deltas<NS>; from kHiddenProductSeqs a per-unit
 //   product on tensor cores (H100, small, frames/s against hidden_deltas<8>: 5 +0.4%, 6 +1.1%, 8 +3.4%; med 8
 //   +7.4%, LARGE 8 +6.6%; at 3 and 4 the product lost 7-8%). The squared errors are summed per output by
@@ -205,6 +206,10 @@ void by_short_bucket(int64_t n, F&& f) {
     return f(std::integral_constant<int, 32>{});
 }
 
+// weight_pass_short's precision: the engine's, except below kMmaMinSeqs, where every mode computes in FP32
+// (3xTF32 here).
+int short_pass_precision(int64_t n, int precision) { return n < kMmaMinSeqs ? static_cast<int>(Precision::kFp32) : precision; }
+
 // Lets weight_pass_short have its shared memory; returns how many of its blocks are resident at once on the device.
 template <Precision P>
 int short_pass_slots(int64_t n, int device) {
@@ -356,22 +361,25 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         w0_rows_ = DeviceBuffer<int32_t>(w0.list);
         mma_partial_ = DeviceBuffer<float>(w0.most_parts > 1 ? w0.most_parts * n * t.n_units * t.hidden : 1);
         mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(w0.groups, 0));
-        const std::vector<int32_t> w1_runs = kernels::mma_blocks(  // W1's rows of H+1 (or H+1+H|ctx|): not split
-            t.n_units, 0, [&](int64_t u) { return t.outputs(u); }, [&](int64_t u) { return t.hidden_len(u); }).list;
-        int64_t longest = 0;
-        for (int64_t u = 0; u < t.n_units; ++u) longest = std::max(longest, t.hidden_len(u));
-        if (n <= kMmaW1MaxSeqs && longest <= kernels::kShortMaxLen) {
-            w1_tiles_ = DeviceBuffer<int64_t>(kernels::short_tiles(w1_runs, w1_pitched, t.y_off, t.h_off));
-            by_precision(cfg_.precision, [&](auto prec) { w1_short_blocks_ = short_pass_slots<decltype(prec)::value>(n, device_); });
-            w1_short_blocks_ = static_cast<int>(std::min<int64_t>(w1_short_blocks_, w1_tiles_.size() / kernels::kShortTileInts));
-        } else {
-            w1_rows_ = DeviceBuffer<int32_t>(w1_runs);
-        }
     } else if (n > 1 && n < kMmaMinSeqs) {
-        const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w0_rows_ = DeviceBuffer<int32_t>(row_blocks(
             t.n_units, kernels::kThreads / kernels::kWarp, [&](int64_t) { return t.hidden; },
             [&](int64_t u) { return t.inputs(u); }));
+    }
+    // W1's pass: from 2 to kMmaW1MaxSeqs sequences in tiles where its rows are short (weight_pass_short), else
+    // weight_pass_multi's or weight_pass_mma's blocks of rows.
+    const std::vector<int32_t> w1_runs = kernels::mma_blocks(  // W1's rows of H+1 (or H+1+H|ctx|): not split
+        t.n_units, 0, [&](int64_t u) { return t.outputs(u); }, [&](int64_t u) { return t.hidden_len(u); }).list;
+    int64_t longest = 0;
+    for (int64_t u = 0; u < t.n_units; ++u) longest = std::max(longest, t.hidden_len(u));
+    if (n > 1 && n <= kMmaW1MaxSeqs && longest <= kernels::kShortMaxLen) {
+        w1_tiles_ = DeviceBuffer<int64_t>(kernels::short_tiles(w1_runs, w1_pitched, t.y_off, t.h_off));
+        by_precision(short_pass_precision(n, cfg_.precision), [&](auto prec) { w1_short_blocks_ = short_pass_slots<decltype(prec)::value>(n, device_); });
+        w1_short_blocks_ = static_cast<int>(std::min<int64_t>(w1_short_blocks_, w1_tiles_.size() / kernels::kShortTileInts));
+    } else if (mma && n <= kMmaW1MaxSeqs) {
+        w1_rows_ = DeviceBuffer<int32_t>(w1_runs);
+    } else if (n > 1 && n < kMmaMinSeqs) {
+        const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w1_rows_ = DeviceBuffer<int32_t>(row_blocks(
             t.n_units, kernels::kThreads / w1_lanes, [&](int64_t u) { return t.outputs(u); },
             [&](int64_t u) { return t.hidden_len(u); }));
@@ -529,23 +537,25 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
 }
 
 // kMmaMinSeqs to kMmaW1MaxSeqs sequences: the W0 pass, then the W1 pass (it reads the h(s) the first writes), on tensor cores.
-// W1's rows of up to kShortMaxLen entries go in tiles (weight_pass_short): H200, small, 36.4 against 43.9 us at 16
-// sequences, 48.9 against 60.8 at 32 (dev/cuda/w1_pass.cu).
+// W1's rows of up to kShortMaxLen entries go in tiles (weight_pass_short): H200, small, 36.6 against 43.8 us at 16
+// sequences, 48.4 against 60.7 at 32 (dev/cuda/w1_pass.cu; benchmarks/NOTES.md).
 template <Precision P, class Mark>
 void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
     launch_mma<kernels::RowW0, P>(a.n_seq, w0_rows_, a, launch);
     mark("w0 forward+update");
-    if (w1_short_blocks_ > 0) {
-        by_short_bucket(a.n_seq, [&](auto bucket) {
-            constexpr int NS = decltype(bucket)::value;
-            PVM_CUDA_CHECK(launch(kernels::weight_pass_short<NS, P>, static_cast<unsigned>(w1_short_blocks_), kernels::kShortThreads,
-                                  kernels::short_shared_bytes<NS>(), a, w1_tiles_.data(),
-                                  static_cast<int>(w1_tiles_.size() / kernels::kShortTileInts)));
-        });
-    } else {
-        launch_mma<kernels::RowW1, P>(a.n_seq, w1_rows_, a, launch);
-    }
+    if (w1_short_blocks_ > 0) launch_short_w1<P>(a, launch);
+    else launch_mma<kernels::RowW1, P>(a.n_seq, w1_rows_, a, launch);
     mark("w1 forward+update");
+}
+
+template <Precision P>
+void CudaEngine::launch_short_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
+    by_short_bucket(a.n_seq, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        PVM_CUDA_CHECK(launch(kernels::weight_pass_short<NS, P>, static_cast<unsigned>(w1_short_blocks_), kernels::kShortThreads,
+                              kernels::short_shared_bytes<NS>(), a, w1_tiles_.data(),
+                              static_cast<int>(w1_tiles_.size() / kernels::kShortTileInts)));
+    });
 }
 
 // Every buffer and extent a step's kernels take.
@@ -653,7 +663,9 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
             } else {
                 launch_multi<RowW0, kWarp, 8>(n, w0_rows_, a, launch);  // 8 per lane: see weight_pass_multi
                 mark("w0 forward+update");
-                if (long_w1_rows) {
+                if (w1_short_blocks_ > 0) {  // (in FP32 in every mode below kMmaMinSeqs; H200, small 4: 35 -> 30 us)
+                    launch_short_w1<Precision::kFp32>(a, launch);
+                } else if (long_w1_rows) {
                     launch_multi<RowW1, kWarp, 8>(n, w1_rows_, a, launch);
                 } else {
                     launch_multi<RowW1, kW1Lanes, 8>(n, w1_rows_, a, launch);

@@ -63,6 +63,8 @@ private:
     kernels::StepArgs step_args();
     template <Precision P, class Mark>
     void enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
+    template <Precision P>
+    void launch_short_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     template <class Pixel>
     Pixel* upload_frames(const Pixel* frames);
     DeviceBuffer<float>& buffer(const std::string& name);
@@ -101,8 +103,8 @@ private:
     // Blocks of the fused row passes for 2..64 sequences (weight_pass_multi below kMmaMinSeqs, then
     // weight_pass_mma): (unit, first row, end row).
     DeviceBuffer<int32_t> w0_rows_, w1_rows_;
-    // W1's pass on weight_pass_short (short_rows_pass.cuh) where its rows are short, kMmaMinSeqs to kMmaW1MaxSeqs
-    // sequences: the tiles' records, and the resident blocks that walk them (0: weight_pass_mma's W1 pass).
+    // W1's pass on weight_pass_short (short_rows_pass.cuh) where its rows are short, 2 to kMmaW1MaxSeqs sequences:
+    // the tiles' records, and the resident blocks that walk them (0: weight_pass_multi's or weight_pass_mma's pass).
     DeviceBuffer<int64_t> w1_tiles_;
     int w1_short_blocks_ = 0;
 
