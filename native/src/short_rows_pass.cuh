@@ -1,4 +1,5 @@
-// The W1 pass on tensor cores for short rows (W1 outside feed-context mode: H+1 <= 50 entries), 5 to 64 sequences.
+// The W1 pass on tensor cores for short rows (W1 outside feed-context mode: H+1 <= 50 entries), 2 to 64 sequences
+// (the engine takes it from 2 to 32; below 5 in 3xTF32 whatever the precision mode).
 // weight_pass_mma streams a block's rows along their columns; with 50-entry rows a block there had two chunks,
 // so every block was one exposed load, compute and store, in about five waves (small's W1 pass at 16 sequences:
 // 44 us on an H200, 30% of the copy rate). Here resident blocks walk 64-row tiles instead: tile i+1's W, V,
