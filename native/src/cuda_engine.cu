@@ -206,8 +206,8 @@ void by_short_bucket(int64_t n, F&& f) {
     return f(std::integral_constant<int, 32>{});
 }
 
-// weight_pass_short's precision: the engine's, except below kMmaMinSeqs, where every mode computes in FP32
-// (3xTF32 here).
+// weight_pass_short's precision: the engine's, except below kMmaMinSeqs, where every mode computes as the default
+// does (3xTF32 here).
 int short_pass_precision(int64_t n, int precision) { return n < kMmaMinSeqs ? static_cast<int>(Precision::kFp32) : precision; }
 
 // Lets weight_pass_short have its shared memory; returns how many of its blocks are resident at once on the device.
@@ -663,7 +663,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
             } else {
                 launch_multi<RowW0, kWarp, 8>(n, w0_rows_, a, launch);  // 8 per lane: see weight_pass_multi
                 mark("w0 forward+update");
-                if (w1_short_blocks_ > 0) {  // (in FP32 in every mode below kMmaMinSeqs; H200, small 4: 35 -> 30 us)
+                if (w1_short_blocks_ > 0) {  // (3xTF32 in every mode below kMmaMinSeqs; H200, small 4: 35 -> 29 us)
                     launch_short_w1<Precision::kFp32>(a, launch);
                 } else if (long_w1_rows) {
                     launch_multi<RowW1, kWarp, 8>(n, w1_rows_, a, launch);

@@ -18,7 +18,8 @@ namespace pvm {
 
 enum class Derivative : int { Original = 0, Exact = 1 };
 
-// The tensor cores' arithmetic in the CUDA engine's products (from 5 sequences; issue 12 item 3). kFp32, the default:
+// The tensor cores' arithmetic in the CUDA engine's products (from 5 sequences; issue 12 item 3; W1's pass at 2-4
+// sequences runs on tensor cores too, always in kFp32). kFp32, the default:
 // 3xTF32 (split operands), within the engine's FP32 tolerances. kTf32: one TF32 product (operands rounded to 10
 // mantissa bits). kBf16: BF16 operands (7 bits). All accumulate in FP32, and W and V stay FP32 in memory. The CPU
 // engine and the element-wise kernels compute in FP32 in every mode.
