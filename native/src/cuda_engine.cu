@@ -368,16 +368,19 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     }
     // W1's pass: from 2 to kMmaW1MaxSeqs sequences in tiles where its rows are short (weight_pass_short), else
     // weight_pass_multi's or weight_pass_mma's blocks of rows.
-    const std::vector<int32_t> w1_runs = kernels::mma_blocks(  // W1's rows of H+1 (or H+1+H|ctx|): not split
-        t.n_units, 0, [&](int64_t u) { return t.outputs(u); }, [&](int64_t u) { return t.hidden_len(u); }).list;
+    const auto w1_runs = [&] {  // W1's rows of H+1 (or H+1+H|ctx|) in runs of up to 64: not split
+        return kernels::mma_blocks(t.n_units, 0, [&](int64_t u) { return t.outputs(u); }, [&](int64_t u) { return t.hidden_len(u); })
+            .list;
+    };
     int64_t longest = 0;
     for (int64_t u = 0; u < t.n_units; ++u) longest = std::max(longest, t.hidden_len(u));
     if (n > 1 && n <= kMmaW1MaxSeqs && longest <= kernels::kShortMaxLen) {
-        w1_tiles_ = DeviceBuffer<int64_t>(kernels::short_tiles(w1_runs, w1_pitched, t.y_off, t.h_off));
+        w1_tiles_ = DeviceBuffer<int64_t>(kernels::short_tiles(w1_runs(), w1_pitched, t.y_off, t.h_off));
         by_precision(short_pass_precision(n, cfg_.precision), [&](auto prec) { w1_short_blocks_ = short_pass_slots<decltype(prec)::value>(n, device_); });
-        w1_short_blocks_ = static_cast<int>(std::min<int64_t>(w1_short_blocks_, w1_tiles_.size() / kernels::kShortTileInts));
+        // (at least one block: 0 means the other passes)
+        w1_short_blocks_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(w1_short_blocks_, w1_tiles_.size() / kernels::kShortTileInts)));
     } else if (mma && n <= kMmaW1MaxSeqs) {
-        w1_rows_ = DeviceBuffer<int32_t>(w1_runs);
+        w1_rows_ = DeviceBuffer<int32_t>(w1_runs());
     } else if (n > 1 && n < kMmaMinSeqs) {
         const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w1_rows_ = DeviceBuffer<int32_t>(row_blocks(

@@ -443,9 +443,8 @@ struct RowW1 {  // row (u, j) of W1: y(s)[j] = phi(W1[j,:] . h(s)); update with 
         return a.h + (slot * a.n_seq + q) * a.h_total + a.h_off[u];
     }
     __device__ static const int32_t* input_index(const StepArgs&, int64_t) { return nullptr; }
-    __device__ static const float* delta_at(const StepArgs& a, int64_t q, int64_t r) { return a.delta_out + q * a.y_total + r; }
     __device__ static float lr_delta(const StepArgs& a, int64_t q, int64_t r, int64_t u) {
-        return __fmul_rn(a.unit_lr[u], *delta_at(a, q, r));
+        return __fmul_rn(a.unit_lr[u], a.delta_out[q * a.y_total + r]);
     }
     __device__ static float* output(const StepArgs& a, int slot, int64_t q, int64_t r, int64_t) {
         return a.y + (slot * a.n_seq + q) * a.y_total + r;
