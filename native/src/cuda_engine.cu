@@ -546,18 +546,20 @@ template <Precision P, class Mark>
 void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
     launch_mma<kernels::RowW0, P>(a.n_seq, w0_rows_, a, launch);
     mark("w0 forward+update");
-    if (w1_short_blocks_ > 0) launch_short_w1<P>(a, launch);
+    if (w1_short_blocks_ > 0) launch_short_w1(a, launch);
     else launch_mma<kernels::RowW1, P>(a.n_seq, w1_rows_, a, launch);
     mark("w1 forward+update");
 }
 
-template <Precision P>
+// In short_pass_precision's precision.
 void CudaEngine::launch_short_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
-    by_short_bucket(a.n_seq, [&](auto bucket) {
-        constexpr int NS = decltype(bucket)::value;
-        PVM_CUDA_CHECK(launch(kernels::weight_pass_short<NS, P>, static_cast<unsigned>(w1_short_blocks_), kernels::kShortThreads,
-                              kernels::short_shared_bytes<NS>(), a, w1_tiles_.data(),
-                              static_cast<int>(w1_tiles_.size() / kernels::kShortTileInts)));
+    by_precision(short_pass_precision(a.n_seq, cfg_.precision), [&](auto prec) {
+        by_short_bucket(a.n_seq, [&](auto bucket) {
+            constexpr int NS = decltype(bucket)::value;
+            PVM_CUDA_CHECK(launch(kernels::weight_pass_short<NS, decltype(prec)::value>, static_cast<unsigned>(w1_short_blocks_),
+                                  kernels::kShortThreads, kernels::short_shared_bytes<NS>(), a, w1_tiles_.data(),
+                                  static_cast<int>(w1_tiles_.size() / kernels::kShortTileInts)));
+        });
     });
 }
 
@@ -666,8 +668,8 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
             } else {
                 launch_multi<RowW0, kWarp, 8>(n, w0_rows_, a, launch);  // 8 per lane: see weight_pass_multi
                 mark("w0 forward+update");
-                if (w1_short_blocks_ > 0) {  // (3xTF32 in every mode below kMmaMinSeqs; H200, small 4: 35 -> 29 us)
-                    launch_short_w1<Precision::kFp32>(a, launch);
+                if (w1_short_blocks_ > 0) {  // (H200, small 4: 35 -> 29 us)
+                    launch_short_w1(a, launch);
                 } else if (long_w1_rows) {
                     launch_multi<RowW1, kWarp, 8>(n, w1_rows_, a, launch);
                 } else {

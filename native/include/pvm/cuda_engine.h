@@ -63,7 +63,6 @@ private:
     kernels::StepArgs step_args();
     template <Precision P, class Mark>
     void enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
-    template <Precision P>
     void launch_short_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     template <class Pixel>
     Pixel* upload_frames(const Pixel* frames);
