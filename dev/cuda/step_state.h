@@ -1,5 +1,5 @@
 // One step of a small.json-like layer stack for the workbenches: the units' offsets as the CUDA engine
-// lays them out (265 units of 49 hidden rows, W0's rows pitched to 4 floats, W1's blocks after W0's), the rings, deltas and rates of
+// lays them out (265 units of 49 hidden rows, W0's rows pitched to 4 floats or in column tiles, W1's blocks after W0's), the rings, deltas and rates of
 // one step from fixed seeds (some units not yet learning), and the StepArgs that point at device copies.
 // The x ring comes two ways: materialised (the passes') or as rows of sources with an index (the products'
 // above 64 sequences, CudaEngine's input_layout): 5/6 of a unit's inputs copy runs of 50 hidden entries of
@@ -17,16 +17,19 @@ struct Layout {
     int64_t x_total = 0, y_total = 0, h_total = 0, n_w0 = 0, n_weights = 0;
     int64_t x_stride = 0;          // floats per row of sources
     std::vector<int32_t> x_index;  // per input entry: its place in a row of sources
-    // Row k of unit u's W0 (the engine's device layout: rows pitched to 4 floats, the padding zero).
-    int64_t w0_row(int64_t u, int64_t k) const { return w0_off[u] + k * pvm::kernels::w0_pitch(x_off[u + 1] - x_off[u]); }
+    bool w0_tiled = false;  // W0 in column tiles (as the engine holds it for 5 to 64 sequences), else pitched rows
+    // Entry i of row k of unit u's W0 in the engine's device layout (pvm::kernels::w0_at; the padding zero).
+    int64_t w0_at(int64_t u, int64_t k, int64_t i) const {
+        return w0_off[u] + pvm::kernels::w0_at(k, i, x_off[u + 1] - x_off[u], kHidden, w0_tiled);
+    }
     // inputs(u), outputs(u): unit u's counts of input and output entries.
     template <class Inputs, class Outputs>
-    Layout(Inputs inputs, Outputs outputs) {
+    Layout(Inputs inputs, Outputs outputs, bool tiled = false) : w0_tiled(tiled) {
         for (int64_t u = 0; u < kUnits; ++u) {
             x_off.push_back(x_off.back() + inputs(u));
             y_off.push_back(y_off.back() + outputs(u));
             h_off.push_back(h_off.back() + kHidden + 1);
-            w0_off.push_back(w0_off.back() + kHidden * pvm::kernels::w0_pitch(inputs(u)));  // the device's pitched rows
+            w0_off.push_back(w0_off.back() + kHidden * pvm::kernels::w0_row_floats(inputs(u), tiled));
             for (int64_t j = 0; j < outputs(u); ++j) y_unit.push_back(static_cast<int32_t>(u));
         }
         x_total = x_off.back();
@@ -64,8 +67,8 @@ struct State {
         for (int64_t u = 0; u < kUnits; u += 17) mu[u] = 0.0f;
         for (int64_t u = 0; u < kUnits; ++u)  // W0's padding holds zeros, as in the engine
             for (int64_t k = 0; k < kHidden; ++k)
-                for (int64_t i = L.x_off[u + 1] - L.x_off[u]; i < pvm::kernels::w0_pitch(L.x_off[u + 1] - L.x_off[u]); ++i)
-                    w[L.w0_row(u, k) + i] = v[L.w0_row(u, k) + i] = 0.0f;
+                for (int64_t i = L.x_off[u + 1] - L.x_off[u]; i < pvm::kernels::w0_row_floats(L.x_off[u + 1] - L.x_off[u], L.w0_tiled); ++i)
+                    w[L.w0_at(u, k, i)] = v[L.w0_at(u, k, i)] = 0.0f;
     }
 };
 

@@ -2,7 +2,8 @@
 // weight_pass_multi (native/src/step_kernels.cuh, FMA chains, n_seq <= 16) and weight_pass_mma
 // (native/src/mma_pass.cuh, 3xTF32 tensor cores, any n_seq up to 64), against a CPU reference, and timed.
 // One step of the W0 rows of a small.json-like layer stack: 265 units of 49 hidden rows, inputs of
-// unequal lengths (rows start at every alignment). Checks h(s) = phi(W0 x(s)) and the momentum update
+// unequal lengths; W0 on the device in the engine's layouts (rows pitched to 16 bytes; for the mma pass also
+// column tiles, the engine's layout for it, beside pitched rows). Checks h(s) = phi(W0 x(s)) and the momentum update
 // with the (s-2) inputs for every n_seq given, then times each and reports the weight traffic
 // (16 bytes per weight: W, V read and written) against the device-to-device copy bandwidth.
 //   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o weight_pass_multi weight_pass_multi.cu
@@ -48,20 +49,20 @@ void launch_multi(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, in
     }
 }
 
-template <int NS, Precision P>
+template <int NS, Precision P, class Row>
 void launch_mma(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
     constexpr size_t bytes = mma_shared_bytes<NS>();
-    CHECK(cudaFuncSetAttribute(weight_pass_mma<RowW0, NS, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    weight_pass_mma<RowW0, NS, P><<<static_cast<unsigned>(n_blocks), kMmaThreads, bytes>>>(a, blocks);
+    CHECK(cudaFuncSetAttribute(weight_pass_mma<Row, NS, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    weight_pass_mma<Row, NS, P><<<static_cast<unsigned>(n_blocks), kMmaThreads, bytes>>>(a, blocks);
 }
 
 // The slots the engine balances the pass over (mma_balance_slots, as cuda_engine.cu's mma_slots counts them).
 template <int NS>
 int64_t slots() {
     constexpr size_t bytes = mma_shared_bytes<NS>();
-    CHECK(cudaFuncSetAttribute(weight_pass_mma<RowW0, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    CHECK(cudaFuncSetAttribute(weight_pass_mma<RowW0Tiled, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     int per_sm = 0, sms = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, weight_pass_mma<RowW0, NS>, kMmaThreads, bytes));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, weight_pass_mma<RowW0Tiled, NS>, kMmaThreads, bytes));
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     return mma_balance_slots(per_sm, sms);
 }
@@ -77,9 +78,10 @@ int64_t mma_slots(int64_t n) {
     return by_bucket(n, [](auto bucket) { return slots<decltype(bucket)::value>(); });
 }
 
-template <Precision P = Precision::kFp32>
+// W0 pitched (RowW0) or in column tiles (RowW0Tiled: the engine's layout for this pass).
+template <Precision P = Precision::kFp32, class Row = RowW0Tiled>
 void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, int64_t n) {
-    by_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value, P>(a, blocks, n_blocks); });
+    by_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value, P, Row>(a, blocks, n_blocks); });
 }
 
 // One kernel version: its name, rows per block (0: weight_pass_mma's blocks, mma_blocks with `split`:
@@ -90,9 +92,11 @@ struct Version {
     void (*launch)(const StepArgs&, const int32_t*, int64_t, int64_t);
     double tol;  // relative error allowed against the double reference
     bool split = false;
+    bool tiled = false;  // W0 in column tiles (else pitched rows)
 };
 
-bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& ver) {
+bool check_and_time(const Layout& pitched, const Layout& tiled, int64_t n, double copy_bw, const Version& ver) {
+    const Layout& L = ver.tiled ? tiled : pitched;
     const int64_t step = 5;  // ring slots: cur = 2, old = 0
     const int cur = static_cast<int>(step % kRing), old = static_cast<int>((step - 2) % kRing);
     State S(L, n);
@@ -106,11 +110,10 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
         const int64_t len = L.x_off[u + 1] - L.x_off[u];
         const bool active = !(lr[u] == 0.0f && mu[u] == 0.0f);
         for (int64_t k = 0; k < kHidden; ++k) {
-            const int64_t base = L.w0_row(u, k);
             for (int64_t q = 0; q < n; ++q) {
                 const float* xq = &x[(cur * n + q) * L.x_total + L.x_off[u]];
                 double sum = 0.0;
-                for (int64_t i = 0; i < len; ++i) sum += static_cast<double>(w[base + i]) * xq[i];
+                for (int64_t i = 0; i < len; ++i) sum += static_cast<double>(w[L.w0_at(u, k, i)]) * xq[i];
                 const int64_t o = q * L.h_total + L.h_off[u] + k;
                 h_ref[o] = activation(static_cast<float>(sum), true);
                 h_mask[o] = true;
@@ -120,9 +123,10 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
                 for (int64_t q = 0; q < n; ++q)
                     g += static_cast<double>(ldh[q * L.h_total + L.h_off[u] + k]) *
                          x[(old * n + q) * L.x_total + L.x_off[u] + i];
-                const double vv = active ? static_cast<double>(mu[u]) * v[base + i] + g / n : 0.0;
-                v_ref[base + i] = vv;
-                w_ref[base + i] = active ? w[base + i] + vv : w[base + i];
+                const int64_t at = L.w0_at(u, k, i);
+                const double vv = active ? static_cast<double>(mu[u]) * v[at] + g / n : 0.0;
+                v_ref[at] = vv;
+                w_ref[at] = active ? w[at] + vv : w[at];
             }
         }
     }
@@ -171,26 +175,29 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
 
 int main(int argc, char** argv) {
     const std::vector<int64_t> seqs = parse_seqs(argc, argv, {2, 4, 8, 13, 16, 32, 64}, 2, 64);
-    const Layout L(inputs, outputs);
+    const Layout L(inputs, outputs), tiled(inputs, outputs, true);
     const double copy_bw = copy_bandwidth(size_t{1} << 30);
     std::printf("W0: %ld weights (%.1f MB of W and V); copy bandwidth %.2f TB/s\n", static_cast<long>(L.n_w0),
                 8.0 * L.n_w0 / 1e6, copy_bw / 1e12);
     bool ok = true;
     const Version multi{"weight_pass_multi (FMA), D = 4", 8, launch_multi<4>, 1e-6},
         multi8{"weight_pass_multi (FMA), D = 8 (the engine at 2-4)", 8, launch_multi<8>, 1e-6},
-        mma{"weight_pass_mma (3xTF32), long runs split (engine)", 0, launch_mma_bucket, 2e-6, true},  // TF32 pairs keep 22 of 24 bits
-        mma_unit{"weight_pass_mma, a block per unit", 0, launch_mma_bucket, 2e-6, false},
+        // TF32 pairs keep 22 of 24 bits.
+        mma{"weight_pass_mma (3xTF32), W0 tiled, long runs split (engine)", 0, launch_mma_bucket, 2e-6, true, true},
+        mma_rows{"weight_pass_mma, W0 in pitched rows, split", 0, launch_mma_bucket<Precision::kFp32, RowW0>, 2e-6, true},
+        mma_unit{"weight_pass_mma, W0 tiled, a block per unit", 0, launch_mma_bucket, 2e-6, false, true},
         // The opt-in precision modes (issue 12 item 3): their errors against the double reference are the point;
         // the tolerances only catch a broken fragment layout (TF32 keeps 10 mantissa bits, BF16 7).
-        mma_tf32{"weight_pass_mma, TF32 (one product)", 0, launch_mma_bucket<Precision::kTf32>, 2e-3, true},
-        mma_bf16{"weight_pass_mma, BF16 operands", 0, launch_mma_bucket<Precision::kBf16>, 2e-2, true};
+        mma_tf32{"weight_pass_mma, TF32 (one product)", 0, launch_mma_bucket<Precision::kTf32>, 2e-3, true, true},
+        mma_bf16{"weight_pass_mma, BF16 operands", 0, launch_mma_bucket<Precision::kBf16>, 2e-2, true, true};
     for (int64_t n : seqs) {
-        if (n <= 16) ok &= check_and_time(L, n, copy_bw, multi);
-        if (n <= 4) ok &= check_and_time(L, n, copy_bw, multi8);
-        ok &= check_and_time(L, n, copy_bw, mma);
-        ok &= check_and_time(L, n, copy_bw, mma_unit);
-        ok &= check_and_time(L, n, copy_bw, mma_tf32);
-        ok &= check_and_time(L, n, copy_bw, mma_bf16);
+        if (n <= 16) ok &= check_and_time(L, tiled, n, copy_bw, multi);
+        if (n <= 4) ok &= check_and_time(L, tiled, n, copy_bw, multi8);
+        ok &= check_and_time(L, tiled, n, copy_bw, mma);
+        ok &= check_and_time(L, tiled, n, copy_bw, mma_rows);
+        ok &= check_and_time(L, tiled, n, copy_bw, mma_unit);
+        ok &= check_and_time(L, tiled, n, copy_bw, mma_tf32);
+        ok &= check_and_time(L, tiled, n, copy_bw, mma_bf16);
     }
     std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
     return ok ? 0 : 1;

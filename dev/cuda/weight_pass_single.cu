@@ -51,7 +51,7 @@ bool check_and_time(const Layout& L, double copy_bw, const Version& ver) {
         const float* in = ver.w1 ? &h[cur * L.h_total + L.h_off[u]] : &x[cur * L.x_total + L.x_off[u]];
         const float* in_old = ver.w1 ? &h[old * L.h_total + L.h_off[u]] : &x[old * L.x_total + L.x_off[u]];
         for (int64_t k = 0; k < rows; ++k) {
-            const int64_t base = ver.w1 ? L.w1_off[u] + k * len : L.w0_row(u, k);
+            const int64_t base = ver.w1 ? L.w1_off[u] + k * len : L.w0_at(u, k, 0);  // (pitched rows)
             const int64_t o = ver.w1 ? L.y_off[u] + k : L.h_off[u] + k;
             const float ld = ver.w1 ? lr[u] * d[L.y_off[u] + k] : ldh[L.h_off[u] + k];
             double sum = 0.0;

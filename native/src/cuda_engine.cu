@@ -329,9 +329,13 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     x_off_ = DeviceBuffer<int64_t>(t.x_off);
     y_off_ = DeviceBuffer<int64_t>(t.y_off);
     h_off_ = DeviceBuffer<int64_t>(t.h_off);
-    // W and V on the device: W0's rows pitched (kernels::w0_pitch), then W1 as on the host.
+    // W and V on the device: W0's rows pitched (kernels::w0_pitch), or in column tiles where its pass runs on
+    // tensor cores (kernels::w0_at), then W1 as on the host.
+    const bool mma = n >= kMmaMinSeqs && n <= kMmaMaxSeqs;
+    w0_tiled_ = mma;
     std::vector<int64_t> w0_pitched(t.w0_off.size(), 0), w1_pitched(t.w1_off.size());
-    for (int64_t u = 0; u < t.n_units; ++u) w0_pitched[u + 1] = w0_pitched[u] + t.hidden * kernels::w0_pitch(t.inputs(u));
+    for (int64_t u = 0; u < t.n_units; ++u)
+        w0_pitched[u + 1] = w0_pitched[u] + t.hidden * kernels::w0_row_floats(t.inputs(u), w0_tiled_);
     for (size_t u = 0; u < t.w1_off.size(); ++u) w1_pitched[u] = w0_pitched.back() + t.w1_off[u] - t.w1_off[0];
     device_weights_ = w1_pitched.back();
     w0_packed_off_ = DeviceBuffer<int64_t>(t.w0_off);
@@ -347,14 +351,13 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     baseline_src_ = DeviceBuffer<int64_t>(placed(t.baseline_src, x_index_host_));
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
-    const bool mma = n >= kMmaMinSeqs && n <= kMmaMaxSeqs;
     if (mma) {
         int64_t w0_slots = 0;
         by_precision(cfg_.precision, [&](auto prec) {
             constexpr Precision P = decltype(prec)::value;
-            allow_mma_shared<kernels::RowW0, P>(n);
+            allow_mma_shared<kernels::RowW0Tiled, P>(n);
             if (n <= kMmaW1MaxSeqs) allow_mma_shared<kernels::RowW1, P>(n);  // (W1's rows may be long)
-            w0_slots = mma_slots<kernels::RowW0, P>(n, device_);
+            w0_slots = mma_slots<kernels::RowW0Tiled, P>(n, device_);
         });
         const kernels::MmaBlocks w0 = kernels::mma_blocks(
             t.n_units, w0_slots, [&](int64_t) { return t.hidden; }, [&](int64_t u) { return t.inputs(u); });
@@ -516,7 +519,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     if (a.n_seq <= kMmaW1MaxSeqs) {
         enqueue_mma_passes<P>(a, launch, mark);
     } else if (a.n_seq <= kMmaMaxSeqs) {
-        launch_mma<RowW0, P>(a.n_seq, w0_rows_, a, launch);
+        launch_mma<RowW0Tiled, P>(a.n_seq, w0_rows_, a, launch);
         mark("w0 forward+update");
         launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
         mark("w1 forward");
@@ -544,7 +547,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
 // sequences, 48.4 against 60.7 at 32 (dev/cuda/w1_pass.cu; benchmarks/NOTES.md).
 template <Precision P, class Mark>
 void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
-    launch_mma<kernels::RowW0, P>(a.n_seq, w0_rows_, a, launch);
+    launch_mma<kernels::RowW0Tiled, P>(a.n_seq, w0_rows_, a, launch);
     mark("w0 forward+update");
     if (w1_short_blocks_ > 0) launch_short_w1(a, launch);
     else launch_mma<kernels::RowW1, P>(a.n_seq, w1_rows_, a, launch);
@@ -776,7 +779,7 @@ uintptr_t CudaEngine::device_pointer(const std::string& name) {
         materialise_x(x_view_.data());
         return reinterpret_cast<uintptr_t>(x_view_.data());
     }
-    if (name == "weights" || name == "momentum") {  // W0's rows are pitched on the device: packed now
+    if (name == "weights" || name == "momentum") {  // W0 is pitched or tiled on the device: packed now
         PVM_CUDA_CHECK(cudaSetDevice(device_));
         DeviceBuffer<float>& view = name == "weights" ? weights_view_ : momentum_view_;
         if (view.size() == 0) view = DeviceBuffer<float>(topo_.n_weights);
@@ -789,7 +792,7 @@ uintptr_t CudaEngine::device_pointer(const std::string& name) {
 void CudaEngine::pack_weights(const DeviceBuffer<float>& pitched, float* packed) {
     const Topology& t = topo_;
     kernels::repitch_w0<<<static_cast<unsigned>(t.n_units * t.hidden), kernels::kThreads, 0, stream_>>>(
-        pitched.data(), packed, x_off_.data(), w0_packed_off_.data(), w0_off_.data(), t.hidden, false);
+        pitched.data(), packed, x_off_.data(), w0_packed_off_.data(), w0_off_.data(), t.hidden, false, w0_tiled_);
     PVM_CUDA_CHECK_LAUNCH();
     const int64_t w0 = t.w1_off[0], w1 = t.n_weights - w0;
     PVM_CUDA_CHECK(cudaMemcpyAsync(packed + w0, pitched.data() + (device_weights_ - w1), w1 * sizeof(float),
@@ -799,7 +802,7 @@ void CudaEngine::pack_weights(const DeviceBuffer<float>& pitched, float* packed)
 void CudaEngine::unpack_weights(const float* packed, DeviceBuffer<float>& pitched) {
     const Topology& t = topo_;
     kernels::repitch_w0<<<static_cast<unsigned>(t.n_units * t.hidden), kernels::kThreads, 0, stream_>>>(
-        packed, pitched.data(), x_off_.data(), w0_packed_off_.data(), w0_off_.data(), t.hidden, true);
+        packed, pitched.data(), x_off_.data(), w0_packed_off_.data(), w0_off_.data(), t.hidden, true, w0_tiled_);
     PVM_CUDA_CHECK_LAUNCH();
     const int64_t w0 = t.w1_off[0], w1 = t.n_weights - w0;
     PVM_CUDA_CHECK(cudaMemcpyAsync(pitched.data() + (device_weights_ - w1), packed + w0, w1 * sizeof(float),

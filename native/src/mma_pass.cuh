@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     const int n = static_cast<int>(a.n_seq);
     const int64_t len = Row::length(a, u), first = Row::first_row(a, u);
     const int64_t pitch = Row::pitch(len);
-    float* __restrict__ W = a.weights + Row::weight_base(a, first + r_begin, u, len);  // the block's rows, pitch apart
+    float* __restrict__ W = a.weights + Row::weight_base(a, first + r_begin, u, len);  // the block's first row
     float* __restrict__ V = a.velocity + (W - a.weights);
     const int all_chunks = static_cast<int>(mma_chunks(len));  // this block's: [c_begin, n_chunks) (32-bit: a stage is i % 3)
     const int c_begin = part * all_chunks / parts, n_chunks = (part + 1) * all_chunks / parts;
@@ -227,15 +227,19 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     // group quad of rows quad_row, quad_row + kQuadPass, ..., a quarter of the copies and stores.
     const int64_t row_step = kPass * pitch;
     const int64_t v_minus_w = V - W;
+    // W0 in column tiles (Row::kTiled: the chunks are the tiles) has a chunk's rows kMmaCols apart and its next
+    // chunk hidden * kMmaCols on, so a chunk's rows are one contiguous span; pitched rows, pitch and kMmaCols.
+    static_assert(!Row::kTiled || kMmaCols == kW0TileCols, "a chunk is one column tile");
+    const int64_t row_pitch = Row::kTiled ? kMmaCols : pitch, chunk_step = Row::kTiled ? kMmaCols * a.hidden : kMmaCols;
     constexpr int kQuads = kMmaCols / 4, kQuadPass = kMmaThreads / kQuads;
     const int quad = static_cast<int>(threadIdx.x % kQuads), quad_row = static_cast<int>(threadIdx.x / kQuads);
-    const int64_t quad_step = kQuadPass * pitch;
+    const int64_t quad_step = kQuadPass * row_pitch;
     const auto fetch_wv = [&](int i) {
         if (i >= n_chunks) return;
         if constexpr (Row::kPitched) {
             float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>() + quad_row * kMmaStride + 4 * quad;
             const bool quad_ok = kMmaCols * i + 4 * quad < pitch;  // (the padding up to pitch holds zeros)
-            const float* src = W + (quad_ok ? quad_row * pitch + kMmaCols * i + 4 * quad : 0);
+            const float* src = W + (quad_ok ? quad_row * row_pitch + chunk_step * i + 4 * quad : 0);
             const int64_t step = quad_ok ? quad_step : 0;
 #pragma unroll
             for (int k = 0; k < kMmaRows / kQuadPass; ++k, src += step) {
@@ -402,7 +406,7 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         __syncthreads();
         if constexpr (Row::kPitched) {  // 16-byte groups; the padding's zeros go back as zeros
             if (kMmaCols * i + 4 * quad < pitch) {
-                float* dst = W + quad_row * pitch + kMmaCols * i + 4 * quad;
+                float* dst = W + quad_row * row_pitch + chunk_step * i + 4 * quad;
                 const float* from = ws + quad_row * kMmaStride + 4 * quad;
 #pragma unroll
                 for (int k = 0; k < kMmaRows / kQuadPass; ++k, dst += quad_step) {

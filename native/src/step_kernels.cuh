@@ -134,17 +134,33 @@ __global__ void assemble_hidden(StepArgs a) {
 // CUDA engine packs and unpacks (repitch_w0). W1's rows stay packed.
 __host__ __device__ constexpr int64_t w0_pitch(int64_t len) { return (len + 3) / 4 * 4; }
 
-// W0 between the host's packed rows (packed_off: Topology::w0_off) and the device's pitched ones (pitched_off;
-// w0_pitch): block u * hidden + k copies row k of unit u. Into pitched rows the padding is written as zeros.
+// Where the engine runs W0's pass on tensor cores (5 to 64 sequences: weight_pass_mma, which stages a run of
+// rows kW0TileCols columns at a time), W0 is held in column tiles instead: unit u's columns [32j, 32j + 32) of
+// all its hidden rows, row after row, then the next 32 columns. A run's chunk is then one contiguous span, not
+// a row segment of 128 bytes a pitch apart for every row: the pass's traffic alone, without its arithmetic, ran
+// at 69% of the copy rate in row segments and at 98% in contiguous spans (dev/cuda/stream_pattern.cu, H100).
+// A row takes w0_row_floats(len, true) floats of its unit's span, zeros past len.
+constexpr int64_t kW0TileCols = 32;
+__host__ __device__ constexpr int64_t w0_row_floats(int64_t len, bool tiled) {
+    return tiled ? (len + kW0TileCols - 1) / kW0TileCols * kW0TileCols : w0_pitch(len);
+}
+// Entry i of row k of a unit of `hidden` rows and len inputs, from the unit's first float on the device.
+__host__ __device__ constexpr int64_t w0_at(int64_t k, int64_t i, int64_t len, int64_t hidden, bool tiled) {
+    return tiled ? (i / kW0TileCols * hidden + k) * kW0TileCols + i % kW0TileCols : k * w0_pitch(len) + i;
+}
+
+// W0 between the host's packed rows (packed_off: Topology::w0_off) and the device's layout (device_off; pitched
+// rows or column tiles): block u * hidden + k copies row k of unit u. On the device the padding is written as zeros.
 __global__ void repitch_w0(const float* __restrict__ from, float* __restrict__ to, const int64_t* __restrict__ x_off,
-                           const int64_t* __restrict__ packed_off, const int64_t* __restrict__ pitched_off, int64_t hidden,
-                           bool to_pitched) {
+                           const int64_t* __restrict__ packed_off, const int64_t* __restrict__ device_off, int64_t hidden,
+                           bool to_device, bool tiled) {
     const int64_t u = blockIdx.x / hidden, k = blockIdx.x % hidden;
-    const int64_t len = x_off[u + 1] - x_off[u], pitch = w0_pitch(len);
-    const int64_t packed = packed_off[u] + k * len, pitched = pitched_off[u] + k * pitch;
-    for (int64_t i = threadIdx.x; i < pitch; i += blockDim.x) {
-        if (to_pitched) to[pitched + i] = i < len ? from[packed + i] : 0.0f;
-        else if (i < len) to[packed + i] = from[pitched + i];
+    const int64_t len = x_off[u + 1] - x_off[u], floats = w0_row_floats(len, tiled);
+    const int64_t packed = packed_off[u] + k * len;
+    for (int64_t i = threadIdx.x; i < floats; i += blockDim.x) {
+        const int64_t d = device_off[u] + w0_at(k, i, len, hidden, tiled);
+        if (to_device) to[d] = i < len ? from[packed + i] : 0.0f;
+        else if (i < len) to[packed + i] = from[d];
     }
 }
 
@@ -407,6 +423,7 @@ __global__ void advance_step(StepArgs a) {
 
 struct RowW0 {  // row (u, k) of W0: h(s)[k] = phi(W0[k,:] . x(s)); update with lr*dh(s-2) x x(s-2)
     static constexpr bool kPitched = true;  // rows w0_pitch(len) apart, 16-byte aligned
+    static constexpr bool kTiled = false;
     __device__ static int64_t pitch(int64_t len) { return w0_pitch(len); }
     __device__ static int64_t rows(const StepArgs& a) { return a.n_units * a.hidden; }
     __device__ static int64_t unit(const StepArgs& a, int64_t r) { return r / a.hidden; }
@@ -428,9 +445,19 @@ struct RowW0 {  // row (u, k) of W0: h(s)[k] = phi(W0[k,:] . x(s)); update with 
         return a.h + (slot * a.n_seq + q) * a.h_total + a.h_off[u] + r % a.hidden;
     }
 };
+// W0's rows in column tiles (w0_at with tiled): for weight_pass_mma only, whose chunks are the tiles. pitch(len)
+// stays the columns a pass moves (the tile's padding past w0_pitch(len) is never read); a row's next chunk is
+// hidden * kW0TileCols floats on, its next row kW0TileCols.
+struct RowW0Tiled : RowW0 {
+    static constexpr bool kTiled = true;
+    __device__ static int64_t weight_base(const StepArgs& a, int64_t r, int64_t u, int64_t) {
+        return a.w0_off[u] + (r % a.hidden) * kW0TileCols;
+    }
+};
 
 struct RowW1 {  // row (u, j) of W1: y(s)[j] = phi(W1[j,:] . h(s)); update with lr*do(s-2) x h(s-2)
     static constexpr bool kPitched = false;  // rows len apart, at any 4-byte phase
+    static constexpr bool kTiled = false;
     __device__ static int64_t pitch(int64_t len) { return len; }
     __device__ static int64_t rows(const StepArgs& a) { return a.y_total; }
     __device__ static int64_t unit(const StepArgs& a, int64_t r) { return a.y_unit[r]; }

@@ -72,8 +72,8 @@ private:
     // input_layout in cuda_engine.cu), and x in the reference layout from them (into out, on the stream).
     bool built_inputs() const;
     void materialise_x(float* out);
-    // W or V between the device's layout (W0's rows pitched: kernels::w0_pitch) and the host's packed one, on
-    // the stream.
+    // W or V between the device's layout (W0's rows pitched, kernels::w0_pitch, or in column tiles: w0_tiled_)
+    // and the host's packed one, on the stream.
     void pack_weights(const DeviceBuffer<float>& pitched, float* packed);
     void unpack_weights(const float* packed, DeviceBuffer<float>& pitched);
 
@@ -87,9 +87,10 @@ private:
     bool wgmma_ = false;  // products on wgmma where measured ahead (from kProductSeqs, sm_90a build, capability 9.0, FP32 precision)
 
     // Topology on the device.
-    // w0_off_, w1_off_: the device's offsets (W0's rows pitched); w0_packed_off_: the host's (Topology::w0_off).
+    // w0_off_, w1_off_: the device's offsets (W0's rows pitched or tiled); w0_packed_off_: the host's (Topology::w0_off).
     DeviceBuffer<int64_t> x_off_, y_off_, h_off_, w0_off_, w1_off_, w0_packed_off_, h_bias_, raw_dst_, raw_src_, target_src_,
         baseline_src_;
+    bool w0_tiled_ = false;           // W0 in column tiles (kernels::w0_at): where weight_pass_mma runs its pass
     int64_t device_weights_ = 0;      // floats of W (and of V) on the device
     int64_t x_stride_ = 0;            // floats per row of the x ring (InputLayout)
     DeviceBuffer<int32_t> x_gather_;  // per row entry: source | kind << kGatherKindShift
