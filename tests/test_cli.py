@@ -72,6 +72,26 @@ def test_doctor_reports_versions():
     assert {"ray", "mlflow", "gpus_seen"} <= js.keys()
 
 
+def test_doctor_names_the_distribution_that_provides_a_package(monkeypatch):
+    """CuPy built for CUDA 13 or mlflow-skinny count as installed, and say which distribution it is."""
+    import importlib.metadata
+
+    from pvm_dist.cli.doctor import _version
+
+    present = {"cupy-cuda13x": "14.0.1", "mlflow-skinny": "3.17.2", "ray": "2.60.0"}
+
+    def version(dist):
+        if dist not in present:
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return present[dist]
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert _version("cupy-cuda12x", "cupy-cuda13x", "cupy") == "14.0.1 (cupy-cuda13x)"
+    assert _version("mlflow", "mlflow-skinny") == "3.17.2 (mlflow-skinny)"
+    assert _version("ray") == "2.60.0"
+    assert _version("opencv-python-headless", "opencv-python") == "not installed"
+
+
 def test_doctor_says_whether_a_hopper_gpu_gets_wgmma():
     from pvm_dist.cli.doctor import wgmma_note
 

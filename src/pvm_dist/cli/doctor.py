@@ -12,11 +12,18 @@ from typing import Any
 from pvm_dist._version import __version__
 
 
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+def _version(*dists: str) -> str:
+    """The version of the first of ``dists`` that is installed, named when it is not the first, or "not installed".
+
+    One import name ships under several distributions (cupy-cuda12x or cupy-cuda13x, mlflow or mlflow-skinny):
+    a GPU host with CUDA 13's CuPy was told "cupy: not installed"."""
+    for i, dist in enumerate(dists):
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return version if i == 0 else f"{version} ({dist})"
+    return "not installed"
 
 
 def _nvidia_smi_gpus() -> list[str] | str:
@@ -78,10 +85,10 @@ def collect() -> dict[str, Any]:
         "numpy": _version("numpy"),
         "native_module": native_view,
         "gpus_seen": gpus,
-        "cupy": _version("cupy-cuda12x") if _version("cupy-cuda12x") != "not installed" else _version("cupy"),
+        "cupy": _version("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy"),
         "ray": _version("ray"),
-        "mlflow": _version("mlflow"),
-        "opencv": _version("opencv-python-headless") if _version("opencv-python-headless") != "not installed" else _version("opencv-python"),
+        "mlflow": _version("mlflow", "mlflow-skinny"),
+        "opencv": _version("opencv-python-headless", "opencv-python", "opencv-contrib-python-headless", "opencv-contrib-python"),
         "typer": _version("typer"),
     }
 
