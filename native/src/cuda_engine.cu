@@ -333,14 +333,14 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     // tensor cores (kernels::w0_at), then W1 as on the host.
     const bool mma = n >= kMmaMinSeqs && n <= kMmaMaxSeqs;
     w0_tiled_ = mma;
-    std::vector<int64_t> w0_pitched(t.w0_off.size(), 0), w1_pitched(t.w1_off.size());
+    std::vector<int64_t> w0_device(t.w0_off.size(), 0), w1_device(t.w1_off.size());
     for (int64_t u = 0; u < t.n_units; ++u)
-        w0_pitched[u + 1] = w0_pitched[u] + t.hidden * kernels::w0_row_floats(t.inputs(u), w0_tiled_);
-    for (size_t u = 0; u < t.w1_off.size(); ++u) w1_pitched[u] = w0_pitched.back() + t.w1_off[u] - t.w1_off[0];
-    device_weights_ = w1_pitched.back();
+        w0_device[u + 1] = w0_device[u] + t.hidden * kernels::w0_row_floats(t.inputs(u), w0_tiled_);
+    for (size_t u = 0; u < t.w1_off.size(); ++u) w1_device[u] = w0_device.back() + t.w1_off[u] - t.w1_off[0];
+    device_weights_ = w1_device.back();
     w0_packed_off_ = DeviceBuffer<int64_t>(t.w0_off);
-    w0_off_ = DeviceBuffer<int64_t>(w0_pitched);
-    w1_off_ = DeviceBuffer<int64_t>(w1_pitched);
+    w0_off_ = DeviceBuffer<int64_t>(w0_device);
+    w1_off_ = DeviceBuffer<int64_t>(w1_device);
     x_gather_ = DeviceBuffer<int32_t>(inputs_layout.gather);
     x_index_ = DeviceBuffer<int32_t>(inputs_layout.index);
     x_index_host_ = std::move(inputs_layout.index);
@@ -378,7 +378,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     int64_t longest = 0;
     for (int64_t u = 0; u < t.n_units; ++u) longest = std::max(longest, t.hidden_len(u));
     if (n > 1 && n <= kMmaW1MaxSeqs && longest <= kernels::kShortMaxLen) {
-        w1_tiles_ = DeviceBuffer<int64_t>(kernels::short_tiles(w1_runs(), w1_pitched, t.y_off, t.h_off));
+        w1_tiles_ = DeviceBuffer<int64_t>(kernels::short_tiles(w1_runs(), w1_device, t.y_off, t.h_off));
         by_precision(short_pass_precision(n, cfg_.precision), [&](auto prec) { w1_short_blocks_ = short_pass_slots<decltype(prec)::value>(n, device_); });
         // (at least one block: 0 means the other passes)
         w1_short_blocks_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(w1_short_blocks_, w1_tiles_.size() / kernels::kShortTileInts)));
@@ -789,23 +789,23 @@ uintptr_t CudaEngine::device_pointer(const std::string& name) {
     return reinterpret_cast<uintptr_t>(buffer(name).data());
 }
 
-void CudaEngine::pack_weights(const DeviceBuffer<float>& pitched, float* packed) {
+void CudaEngine::pack_weights(const DeviceBuffer<float>& on_device, float* packed) {
     const Topology& t = topo_;
     kernels::repitch_w0<<<static_cast<unsigned>(t.n_units * t.hidden), kernels::kThreads, 0, stream_>>>(
-        pitched.data(), packed, x_off_.data(), w0_packed_off_.data(), w0_off_.data(), t.hidden, false, w0_tiled_);
+        on_device.data(), packed, x_off_.data(), w0_packed_off_.data(), w0_off_.data(), t.hidden, false, w0_tiled_);
     PVM_CUDA_CHECK_LAUNCH();
     const int64_t w0 = t.w1_off[0], w1 = t.n_weights - w0;
-    PVM_CUDA_CHECK(cudaMemcpyAsync(packed + w0, pitched.data() + (device_weights_ - w1), w1 * sizeof(float),
+    PVM_CUDA_CHECK(cudaMemcpyAsync(packed + w0, on_device.data() + (device_weights_ - w1), w1 * sizeof(float),
                                    cudaMemcpyDeviceToDevice, stream_));
 }
 
-void CudaEngine::unpack_weights(const float* packed, DeviceBuffer<float>& pitched) {
+void CudaEngine::unpack_weights(const float* packed, DeviceBuffer<float>& on_device) {
     const Topology& t = topo_;
     kernels::repitch_w0<<<static_cast<unsigned>(t.n_units * t.hidden), kernels::kThreads, 0, stream_>>>(
-        packed, pitched.data(), x_off_.data(), w0_packed_off_.data(), w0_off_.data(), t.hidden, true, w0_tiled_);
+        packed, on_device.data(), x_off_.data(), w0_packed_off_.data(), w0_off_.data(), t.hidden, true, w0_tiled_);
     PVM_CUDA_CHECK_LAUNCH();
     const int64_t w0 = t.w1_off[0], w1 = t.n_weights - w0;
-    PVM_CUDA_CHECK(cudaMemcpyAsync(pitched.data() + (device_weights_ - w1), packed + w0, w1 * sizeof(float),
+    PVM_CUDA_CHECK(cudaMemcpyAsync(on_device.data() + (device_weights_ - w1), packed + w0, w1 * sizeof(float),
                                    cudaMemcpyDeviceToDevice, stream_));
 }
 

@@ -74,8 +74,8 @@ private:
     void materialise_x(float* out);
     // W or V between the device's layout (W0's rows pitched, kernels::w0_pitch, or in column tiles: w0_tiled_)
     // and the host's packed one, on the stream.
-    void pack_weights(const DeviceBuffer<float>& pitched, float* packed);
-    void unpack_weights(const float* packed, DeviceBuffer<float>& pitched);
+    void pack_weights(const DeviceBuffer<float>& on_device, float* packed);
+    void unpack_weights(const float* packed, DeviceBuffer<float>& on_device);
 
     int device_;
     std::string name_;
