@@ -6,6 +6,8 @@
 // other units, the rest have places of their own.
 #pragma once
 
+#include <type_traits>
+
 #include "common.h"
 #include "../../native/src/step_kernels.cuh"
 
@@ -46,6 +48,16 @@ struct Layout {
         x_stride = (own + 3) / 4 * 4;
     }
 };
+
+// Calls f(std::integral_constant<int, NS>) for the tensor-core passes' sequence bucket NS >= n (the workbenches':
+// 8, 16, 32, 64).
+template <class F>
+auto by_mma_bucket(int64_t n, F&& f) {
+    if (n <= 8) return f(std::integral_constant<int, 8>{});
+    if (n <= 16) return f(std::integral_constant<int, 16>{});
+    if (n <= 32) return f(std::integral_constant<int, 32>{});
+    return f(std::integral_constant<int, 64>{});
+}
 
 // The host state of one step of n sequences; each run uploads fresh copies, so that every update
 // starts from the same W and V.

@@ -24,7 +24,7 @@ struct Rec {            // one block: a run of rows of one unit, chunks [c0, c1)
     int64_t x_base;     // the unit's inputs: 2 * kNs rows of pitch floats
 };
 
-template <int R, int C, int S>
+template <int R, int C>
 __host__ __device__ constexpr int stage_floats() { return (2 * R + 2 * kNs) * (C + 4); }
 
 template <int R, int C, int S, bool Flat>
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kThreadsPB) stream(const Rec* recs, float* W, 
     };
     const auto fetch = [&](int i) {
         if (i < rec.c1) {
-            float* st = smem + (i % S) * stage_floats<R, C, S>();
+            float* st = smem + (i % S) * stage_floats<R, C>();
             for (int e = threadIdx.x; e < rows * Q; e += kThreadsPB) {
                 const int r = e / Q, q = e % Q;
                 bool ok;
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreadsPB) stream(const Rec* recs, float* W, 
         copy_async_wait<S - 2>();
         __syncthreads();
         fetch(i + S - 1);
-        float* st = smem + (i % S) * stage_floats<R, C, S>();
+        float* st = smem + (i % S) * stage_floats<R, C>();
         for (int e = threadIdx.x; e < rows * Q; e += kThreadsPB) {
             const int r = e / Q, q = e % Q;
             float4* w = reinterpret_cast<float4*>(st + r * Str + 4 * q);
@@ -146,7 +146,7 @@ template <int R, int C, int S, bool Flat>
 Case run_case(const char* name, int per_sm_wanted, float* W, float* V, const float* X, const std::vector<int64_t>& rb,
               const std::vector<int64_t>& xb, int sms) {
     const auto kernel = stream<R, C, S, Flat>;
-    const size_t need = sizeof(float) * S * stage_floats<R, C, S>();
+    const size_t need = sizeof(float) * S * stage_floats<R, C>();
     const size_t bytes = std::max(need, size_t{227 * 1024} / per_sm_wanted - 1024);
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     int per_sm = 0;

@@ -19,16 +19,8 @@ int64_t inputs(int64_t u) { return 788 + (u * 37) % 638; }  // (W0's; only its o
 int64_t outputs(int64_t u) { return 150 + (u * 53) % 243; }  // 150..392, as small.json's units
 constexpr int64_t kLen = kHidden + 1;
 
-template <class F>
-auto by_bucket(int64_t n, F&& f) {
-    if (n <= 8) return f(std::integral_constant<int, 8>{});
-    if (n <= 16) return f(std::integral_constant<int, 16>{});
-    if (n <= 32) return f(std::integral_constant<int, 32>{});
-    return f(std::integral_constant<int, 64>{});
-}
-
 void launch_mma(const StepArgs& a, const int32_t* tiles, const int64_t*, int64_t n_tiles, int64_t n) {
-    by_bucket(n, [&](auto bucket) {
+    by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         constexpr size_t bytes = mma_shared_bytes<NS>();
         CHECK(cudaFuncSetAttribute(weight_pass_mma<RowW1, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -38,7 +30,7 @@ void launch_mma(const StepArgs& a, const int32_t* tiles, const int64_t*, int64_t
 
 // Resident blocks: as many as fit at once (at most one per tile).
 void launch_short(const StepArgs& a, const int32_t*, const int64_t* tiles, int64_t n_tiles, int64_t n) {
-    by_bucket(n, [&](auto bucket) {
+    by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         constexpr size_t bytes = short_shared_bytes<NS>();
         const auto kernel = weight_pass_short<NS>;

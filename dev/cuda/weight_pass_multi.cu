@@ -66,22 +66,14 @@ int64_t slots() {
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     return mma_balance_slots(per_sm, sms);
 }
-// Calls f(std::integral_constant<int, NS>) for the pass's sequence bucket NS >= n (the workbench's: 8, 16, 32, 64).
-template <class F>
-auto by_bucket(int64_t n, F&& f) {
-    if (n <= 8) return f(std::integral_constant<int, 8>{});
-    if (n <= 16) return f(std::integral_constant<int, 16>{});
-    if (n <= 32) return f(std::integral_constant<int, 32>{});
-    return f(std::integral_constant<int, 64>{});
-}
 int64_t mma_slots(int64_t n) {
-    return by_bucket(n, [](auto bucket) { return slots<decltype(bucket)::value>(); });
+    return by_mma_bucket(n, [](auto bucket) { return slots<decltype(bucket)::value>(); });
 }
 
 // W0 pitched (RowW0) or in column tiles (RowW0Tiled: the engine's layout for this pass).
 template <Precision P = Precision::kFp32, class Row = RowW0Tiled>
 void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, int64_t n) {
-    by_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value, P, Row>(a, blocks, n_blocks); });
+    by_mma_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value, P, Row>(a, blocks, n_blocks); });
 }
 
 // One kernel version: its name, rows per block (0: weight_pass_mma's blocks, mma_blocks with `split`:
