@@ -51,7 +51,7 @@ void launch_multi(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, in
 
 template <int NS, Precision P, class Row>
 void launch_mma(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
-    constexpr size_t bytes = mma_shared_bytes<NS>();
+    constexpr size_t bytes = mma_shared_bytes<NS, Row::kTiled>();
     CHECK(cudaFuncSetAttribute(weight_pass_mma<Row, NS, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     weight_pass_mma<Row, NS, P><<<static_cast<unsigned>(n_blocks), kMmaThreads, bytes>>>(a, blocks);
 }
@@ -59,7 +59,7 @@ void launch_mma(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
 // The slots the engine balances the pass over (mma_balance_slots, as cuda_engine.cu's mma_slots counts them).
 template <int NS>
 int64_t slots() {
-    constexpr size_t bytes = mma_shared_bytes<NS>();
+    constexpr size_t bytes = mma_shared_bytes<NS, true>();
     CHECK(cudaFuncSetAttribute(weight_pass_mma<RowW0Tiled, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     int per_sm = 0, sms = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, weight_pass_mma<RowW0Tiled, NS>, kMmaThreads, bytes));

@@ -180,7 +180,7 @@ void allow_mma_shared(int64_t n) {
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::weight_pass_mma<Row, NS, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(kernels::mma_shared_bytes<NS>())));
+                                            static_cast<int>(kernels::mma_shared_bytes<NS, Row::kTiled>())));
     });
 }
 
@@ -191,7 +191,7 @@ int64_t mma_slots(int64_t n, int device) {
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels::weight_pass_mma<Row, NS, P>, kernels::kMmaThreads,
-                                                                     kernels::mma_shared_bytes<NS>()));
+                                                                     kernels::mma_shared_bytes<NS, Row::kTiled>()));
     });
     PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return kernels::mma_balance_slots(per_sm, sms);
@@ -230,7 +230,7 @@ void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::S
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         PVM_CUDA_CHECK(launch(kernels::weight_pass_mma<Row, NS, P>, static_cast<unsigned>(blocks.size() / kernels::kMmaBlockInts),
-                              kernels::kMmaThreads, kernels::mma_shared_bytes<NS>(), a, blocks.data()));
+                              kernels::kMmaThreads, kernels::mma_shared_bytes<NS, Row::kTiled>(), a, blocks.data()));
     });
 }
 

@@ -135,13 +135,21 @@ private:
     }
 };
 
-// Shared memory of one block: kMmaStages stages, each W and V of the chunk ([row][column], the block's
-// 64 rows) and the inputs x(s), x(s-2) of every sequence ([sequence][column]); rows of kMmaStride floats.
-constexpr int kMmaStages = 3;
-template <int NS>
-__host__ __device__ constexpr int mma_stage_floats() { return (2 * kMmaRows + 2 * NS) * kMmaStride; }
-template <int NS>
-__host__ __device__ constexpr size_t mma_shared_bytes() { return sizeof(float) * kMmaStages * mma_stage_floats<NS>(); }
+// Shared memory of one block: stages of W and V of the chunk ([row][column], the block's 64 rows) and the
+// inputs x(s), x(s-2) of every sequence ([sequence][column], rows of kMmaStride floats). Rows (W1, W0 in
+// pitched rows): W and V rows kMmaStride floats apart, 3 stages, chunk i+2 in flight while chunk i is computed.
+// W0's column tiles (Tiled): W and V as the tile lies (rows of kMmaCols floats, swizzled: w0_tile_col), one bulk
+// copy each way; 4 stages, still chunk i+2 in flight, so that a stage's bulk store has a chunk's time to read it
+// before the stage is refilled.
+constexpr int kMmaStages = 3, kMmaTiledStages = 4;
+template <bool Tiled>
+__host__ __device__ constexpr int mma_stages() { return Tiled ? kMmaTiledStages : kMmaStages; }
+template <bool Tiled>
+__host__ __device__ constexpr int mma_wv_stride() { return Tiled ? kMmaCols : kMmaStride; }
+template <int NS, bool Tiled = false>
+__host__ __device__ constexpr int mma_stage_floats() { return 2 * kMmaRows * mma_wv_stride<Tiled>() + 2 * NS * kMmaStride; }
+template <int NS, bool Tiled = false>
+__host__ __device__ constexpr size_t mma_shared_bytes() { return sizeof(float) * mma_stages<Tiled>() * mma_stage_floats<NS, Tiled>(); }
 
 // The blocks of weight_pass_mma, kMmaBlockInts each: (unit, first row, end row, part, parts, group).
 // A unit's rows go in runs of at most kMmaRows (a group each). Given `slots` (blocks resident at once on
@@ -187,16 +195,19 @@ MmaBlocks mma_blocks(int64_t n_units, int64_t slots, Rows rows, Length length) {
 
 // Blocks listed by the host as mma_blocks makes them, at most kMmaRows rows; NS a multiple of 8
 // with n_seq <= NS (spare sequences staged as zeros with lr*delta 0: they add nothing). Launched with
-// mma_shared_bytes<NS>() of dynamic shared memory. Chunks of kMmaCols columns stream through kMmaStages
-// stages (cp.async): chunk i+2's W, V and inputs are in flight while chunk i is computed (W and V loaded
-// into registers one chunk ahead left the pass latency-bound: 190-220 us for small's W0 at 4-32 sequences,
-// 1.1 TB/s).
+// mma_shared_bytes<NS, Row::kTiled>() of dynamic shared memory. Chunks of kMmaCols columns stream through the
+// stages: chunk i+2's W, V and inputs are in flight while chunk i is computed (W and V loaded into registers one
+// chunk ahead left the pass latency-bound: 190-220 us for small's W0 at 4-32 sequences, 1.1 TB/s).
 template <class Row, int NS, Precision P = Precision::kFp32>
 __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma(StepArgs a, const int32_t* __restrict__ blocks) {
     static_assert(NS % 8 == 0 && NS >= 8, "sequences in tiles of 8");
     using M = TensorMath<P>;
     constexpr int NT = NS / 8;  // sequence tiles
-    extern __shared__ __align__(16) float smem[];
+    constexpr bool kTiled = Row::kTiled;
+    constexpr int kStages = mma_stages<kTiled>(), kAhead = 2, kWv = mma_wv_stride<kTiled>();
+    constexpr int kStageFloats = mma_stage_floats<NS, kTiled>();
+    static_assert(kAhead < kStages && (kTiled || kAhead == kStages - 1), "tiles: a stage is refilled two chunks after its store");
+    extern __shared__ __align__(128) float smem[];
     let_next_kernel_launch();
     const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
     const int tile = warp % kMmaTiles, slot = warp / kMmaTiles;
@@ -209,13 +220,33 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     const int64_t pitch = Row::pitch(len);
     float* __restrict__ W = a.weights + Row::weight_base(a, first + r_begin, u, len);  // the block's first row
     float* __restrict__ V = a.velocity + (W - a.weights);
-    const int all_chunks = static_cast<int>(mma_chunks(len));  // this block's: [c_begin, n_chunks) (32-bit: a stage is i % 3)
+    const int all_chunks = static_cast<int>(mma_chunks(len));  // this block's: [c_begin, n_chunks)
     const int c_begin = part * all_chunks / parts, n_chunks = (part + 1) * all_chunks / parts;
+    // Chunk i's stage (chunks counted from the block's first, so that a stage's uses count its barrier's phases).
+    const auto stage_of = [&](int i) { return (i - c_begin) % kStages; };
+    const auto stage = [&](int i) { return smem + stage_of(i) * kStageFloats; };
     const int col = static_cast<int>(threadIdx.x % kMmaCols), lane_row = static_cast<int>(threadIdx.x / kMmaCols);
     constexpr int kPass = kMmaThreads / kMmaCols;
+    const int64_t v_minus_w = V - W;
 
-    // Chunk i into stage i % kMmaStages: W, V of the live rows (past the row's end as zeros), then the
-    // inputs (sequences past n_seq and columns outside the row as zeros); then a group is committed.
+    // W0 in column tiles: a chunk's rows are one contiguous span (kMmaCols floats a row, its next chunk hidden *
+    // kMmaCols on), moved whole by bulk copies: in on full[stage], out as one bulk group per chunk.
+    static_assert(!kTiled || kMmaCols == kW0TileCols, "a chunk is one column tile");
+    const int64_t chunk_step = kTiled ? kMmaCols * a.hidden : kMmaCols;
+#if PVM_BULK_COPIES
+    const unsigned span_bytes = static_cast<unsigned>(rows * kMmaCols * sizeof(float));
+    __shared__ uint64_t full[kTiled ? kStages : 1];
+    if constexpr (kTiled) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < kStages; ++i) barrier_init(&full[i], 1);
+            barrier_init_fence();
+        }
+        __syncthreads();
+    }
+#endif
+
+    // Chunk i into its stage: W, V of the live rows (past the row's end as zeros), then the inputs (sequences
+    // past n_seq and columns outside the row as zeros); then a group is committed.
     // In the bucket of 8 (5 to 8 sequences, run as a chained step: dependent_launch.cuh), the first
     // stages' W and V are copied while the kernels before this one finish (none of them writes W or V),
     // their inputs after. Elsewhere the early copies cost 1-5% (H200: unchained at 16 and 32 sequences,
@@ -226,42 +257,54 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     // (W0: 16-byte aligned, zeros past len) move as 16-byte groups instead: thread (quad_row, quad) takes
     // group quad of rows quad_row, quad_row + kQuadPass, ..., a quarter of the copies and stores.
     const int64_t row_step = kPass * pitch;
-    const int64_t v_minus_w = V - W;
-    // W0 in column tiles (Row::kTiled: the chunks are the tiles) has a chunk's rows kMmaCols apart and its next
-    // chunk hidden * kMmaCols on, so a chunk's rows are one contiguous span; pitched rows, pitch and kMmaCols.
-    static_assert(!Row::kTiled || kMmaCols == kW0TileCols, "a chunk is one column tile");
-    const int64_t row_pitch = Row::kTiled ? kMmaCols : pitch, chunk_step = Row::kTiled ? kMmaCols * a.hidden : kMmaCols;
     constexpr int kQuads = kMmaCols / 4, kQuadPass = kMmaThreads / kQuads;
     const int quad = static_cast<int>(threadIdx.x % kQuads), quad_row = static_cast<int>(threadIdx.x / kQuads);
-    const int64_t quad_step = kQuadPass * row_pitch;
+    const int64_t quad_step = kQuadPass * pitch;
     const auto fetch_wv = [&](int i) {
         if (i >= n_chunks) return;
-        if constexpr (Row::kPitched) {
-            float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>() + quad_row * kMmaStride + 4 * quad;
+        float* st = stage(i);
+        if constexpr (kTiled) {
+            const float* src = W + chunk_step * i;
+#if PVM_BULK_COPIES
+            if (threadIdx.x == 0) {
+                bulk_wait_read<kStages - kAhead - 1>();  // the store of the stage's last chunk has read it
+                uint64_t* bar = &full[stage_of(i)];
+                barrier_expect(bar, 2 * span_bytes);
+                bulk_load(st, src, span_bytes, bar);
+                bulk_load(st + kMmaRows * kWv, src + v_minus_w, span_bytes, bar);
+            }
+#else
+            for (int q = threadIdx.x; q < rows * kQuads; q += kMmaThreads) {
+                copy_async16(st + 4 * q, src + 4 * q, true);
+                copy_async16(st + kMmaRows * kWv + 4 * q, src + v_minus_w + 4 * q, true);
+            }
+#endif
+        } else if constexpr (Row::kPitched) {
+            st += quad_row * kWv + 4 * quad;
             const bool quad_ok = kMmaCols * i + 4 * quad < pitch;  // (the padding up to pitch holds zeros)
-            const float* src = W + (quad_ok ? quad_row * row_pitch + chunk_step * i + 4 * quad : 0);
+            const float* src = W + (quad_ok ? quad_row * pitch + kMmaCols * i + 4 * quad : 0);
             const int64_t step = quad_ok ? quad_step : 0;
 #pragma unroll
             for (int k = 0; k < kMmaRows / kQuadPass; ++k, src += step) {
                 if (quad_row + k * kQuadPass >= rows) break;
-                copy_async16(st + k * kQuadPass * kMmaStride, src, quad_ok);
-                copy_async16(st + (kMmaRows + k * kQuadPass) * kMmaStride, src + v_minus_w, quad_ok);
+                copy_async16(st + k * kQuadPass * kWv, src, quad_ok);
+                copy_async16(st + (kMmaRows + k * kQuadPass) * kWv, src + v_minus_w, quad_ok);
             }
         } else {
-            float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>() + lane_row * kMmaStride + col;
+            st += lane_row * kWv + col;
             const bool col_ok = kMmaCols * i + col < len;
             const float* src = W + (col_ok ? lane_row * pitch + kMmaCols * i + col : 0);
             const int64_t step = col_ok ? row_step : 0;
 #pragma unroll
             for (int k = 0; k < kMmaRows / kPass; ++k, src += step) {
                 if (lane_row + k * kPass >= rows) break;
-                copy_async4(st + k * kPass * kMmaStride, src, col_ok);
-                copy_async4(st + (kMmaRows + k * kPass) * kMmaStride, src + v_minus_w, col_ok);
+                copy_async4(st + k * kPass * kWv, src, col_ok);
+                copy_async4(st + (kMmaRows + k * kPass) * kWv, src + v_minus_w, col_ok);
             }
         }
     };
     if constexpr (kEarlyWV)
-        for (int i = 0; i < kMmaStages - 1; ++i) fetch_wv(c_begin + i);
+        for (int i = 0; i < kAhead; ++i) fetch_wv(c_begin + i);
     await_prior_kernels();
 
     const int64_t s = *a.step;
@@ -279,6 +322,13 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
     // whatever its shared rows hold and is not written back (rows of a product do not mix).
     const int row0 = 16 * tile + g, row1 = 16 * tile + g + 8;
     const bool live0 = row0 < rows, live1 = row1 < rows;
+    // Where the lane's W and V are in a stage: rows row0, row1 at a k-step's columns 2t, 2t+1 (col0 + 2t for the
+    // k-step at col0), and for tiles the 16-byte group col0 / 4 + t / 2 swizzled by the rows' key (both rows'
+    // keys are (r_begin + g) % 8: w0_tile_col).
+    const int key = (r_begin + g) % 8;
+    const auto wv_at = [&](int row, int col0) {
+        return kTiled ? row * kWv + (((col0 / 4 + t / 2) ^ key) * 4) + (2 * t) % 4 : row * kWv + col0 + 2 * t;
+    };
     // Where the lane reads its inputs in a stage. Forward: sequence 8j + g at columns 2t, 2t+1 of a k-step;
     // update: sequences 8j + k0(t) and 8j + k1(t) of x(s-2) at column g.
     const int x_fwd = mma_input_at(g, 2 * t), x_upd = mma_input_at(NS + M::k0(t), g), x_upd4 = mma_input_at(NS + M::k1(t), g);
@@ -303,9 +353,10 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
+    constexpr int kInputs = 2 * kMmaRows * kWv;  // where a stage's inputs start
     const auto fetch_inputs = [&](int i) {  // then commits the chunk's group
         if (i < n_chunks) {
-            float* xs = smem + (i % kMmaStages) * mma_stage_floats<NS>() + 2 * kMmaRows * kMmaStride;
+            float* xs = stage(i) + kInputs;
             const int64_t c0 = kMmaCols * i;
             // x(s) rows 0..NS-1, x(s-2) rows NS..2NS-1: the chunk's columns.
             const bool col_ok = c0 + col < len;
@@ -333,23 +384,25 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
 
     // The rows of sequences past n_seq are never copied: zeros in every stage, once (the main loop's first
     // barrier orders these stores before any read).
-    for (int e = threadIdx.x; e < kMmaStages * 2 * (NS - n) * kMmaCols; e += kMmaThreads) {
+    for (int e = threadIdx.x; e < kStages * 2 * (NS - n) * kMmaCols; e += kMmaThreads) {
         const int c = e % kMmaCols, q = n + (e / kMmaCols) % (NS - n), half = (e / kMmaCols / (NS - n)) % 2;
-        const int stage = e / kMmaCols / (NS - n) / 2;
-        smem[stage * mma_stage_floats<NS>() + 2 * kMmaRows * kMmaStride + mma_input_at(half * NS + q, c)] = 0.0f;
+        const int st = e / kMmaCols / (NS - n) / 2;
+        smem[st * kStageFloats + kInputs + mma_input_at(half * NS + q, c)] = 0.0f;
     }
-    for (int i = 0; i < kMmaStages - 1; ++i) {  // (group 0 holds every early W and V)
+    for (int i = 0; i < kAhead; ++i) {  // (group 0 holds every early W and V)
         if constexpr (!kEarlyWV) fetch_wv(c_begin + i);
         fetch_inputs(c_begin + i);
     }
     for (int i = c_begin; i < n_chunks; ++i) {
-        copy_async_wait<kMmaStages - 2>();  // chunk i has landed (this thread's copies) ...
-        __syncthreads();                    // ... and every thread's; all are done with chunk i-1's stage
-        fetch(i + kMmaStages - 1);
-        float* st = smem + (i % kMmaStages) * mma_stage_floats<NS>();
-        float* ws = st;
-        float* vs = st + kMmaRows * kMmaStride;
-        const float* xs = st + 2 * kMmaRows * kMmaStride;  // (W and inputs past a row's end are staged as 0)
+        copy_async_wait<kAhead - 1>();  // chunk i has landed (this thread's copies) ...
+#if PVM_BULK_COPIES
+        if constexpr (kTiled) barrier_wait(&full[stage_of(i)], ((i - c_begin) / kStages) % 2);  // (and its W and V)
+#endif
+        __syncthreads();  // ... and every thread's; all are done with chunk i-1's stage
+        fetch(i + kAhead);
+        float* ws = stage(i);
+        float* vs = ws + kMmaRows * kWv;
+        const float* xs = ws + kInputs;  // (W and inputs past a row's end are staged as 0)
         // Both k-steps' products first (no shared stores between them, so the loads of the second can be
         // issued early), the update's sums in two chains per k-step (even and odd sequence tiles).
         float wk[kMmaWarpSteps][4], grad[kMmaWarpSteps][2][4];
@@ -357,8 +410,8 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         for (int k = 0; k < kMmaWarpSteps; ++k) {
             const int col0 = 8 * (slot + kMmaSlots * k);
             // W in the accumulator layout: [0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)].
-            const float2 w0 = *reinterpret_cast<const float2*>(ws + (16 * tile + g) * kMmaStride + col0 + 2 * t);
-            const float2 w1 = *reinterpret_cast<const float2*>(ws + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
+            const float2 w0 = *reinterpret_cast<const float2*>(ws + wv_at(row0, col0));
+            const float2 w1 = *reinterpret_cast<const float2*>(ws + wv_at(row1, col0));
             wk[k][0] = w0.x; wk[k][1] = w0.y; wk[k][2] = w1.x; wk[k][3] = w1.y;
             // Forward: A = W, B = x(s)[sequence 8j+g][columns 2t, 2t+1]. (g, 2t) and (g, 2t+1) are W's k indices
             // k0(t), k1(t) (a sum may take its terms in any order).
@@ -377,22 +430,25 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
                 M::mma(grad[k][j % 2], ld[j], M::b(xo[x_upd], xo[x_upd4]));
             }
         }
-        if (active) {  // the new W and V replace the old in the stage: each lane writes only what it read
+        // The new W and V replace the old in the stage: each lane writes only what it read. Tiles go back whole,
+        // so a unit not yet enabled writes its W unchanged and its V as zeros; pitched rows and W1 skip it here
+        // and zero V where it is not (below).
+        if (kTiled || active) {
 #pragma unroll
             for (int k = 0; k < kMmaWarpSteps; ++k) {
                 const int col0 = 8 * (slot + kMmaSlots * k);
-                float2* w0p = reinterpret_cast<float2*>(ws + (16 * tile + g) * kMmaStride + col0 + 2 * t);
-                float2* w1p = reinterpret_cast<float2*>(ws + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
-                float2* v0p = reinterpret_cast<float2*>(vs + (16 * tile + g) * kMmaStride + col0 + 2 * t);
-                float2* v1p = reinterpret_cast<float2*>(vs + (16 * tile + g + 8) * kMmaStride + col0 + 2 * t);
+                float2* w0p = reinterpret_cast<float2*>(ws + wv_at(row0, col0));
+                float2* w1p = reinterpret_cast<float2*>(ws + wv_at(row1, col0));
+                float2* v0p = reinterpret_cast<float2*>(vs + wv_at(row0, col0));
+                float2* v1p = reinterpret_cast<float2*>(vs + wv_at(row1, col0));
                 const float2 v0 = *v0p, v1 = *v1p;
                 const float v[4] = {v0.x, v0.y, v1.x, v1.y};
                 float vn[4], wn[4];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const float gsum = NT > 1 ? __fadd_rn(grad[k][0][e], grad[k][1][e]) : grad[k][0][e];
-                    vn[e] = __fmaf_rn(mu, v[e], __fmul_rn(gsum, inv_n));
-                    wn[e] = __fadd_rn(wk[k][e], vn[e]);
+                    vn[e] = active ? __fmaf_rn(mu, v[e], __fmul_rn(gsum, inv_n)) : 0.0f;
+                    wn[e] = active ? __fadd_rn(wk[k][e], vn[e]) : wk[k][e];
                 }
                 *w0p = make_float2(wn[0], wn[1]);
                 *w1p = make_float2(wn[2], wn[3]);
@@ -401,18 +457,34 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
             }
         }
         // Every warp's update of the chunk is in the stage: the block writes its rows back as whole 32-float
-        // segments (each lane storing its own fragment wrote 3.2 L2 sectors per 32 bytes). A unit not yet
-        // enabled: its V is zeroed where it is not.
-        __syncthreads();
-        if constexpr (Row::kPitched) {  // 16-byte groups; the padding's zeros go back as zeros
+        // segments (each lane storing its own fragment wrote 3.2 L2 sectors per 32 bytes).
+        if constexpr (kTiled) {
+            float* dst = W + chunk_step * i;
+#if PVM_BULK_COPIES
+            fence_async_shared();  // (this thread's new W and V, before the copy engine reads them)
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                bulk_store(dst, ws, span_bytes);
+                bulk_store(dst + v_minus_w, vs, span_bytes);
+                bulk_commit();
+            }
+#else
+            __syncthreads();
+            for (int q = threadIdx.x; q < rows * kQuads; q += kMmaThreads) {
+                store16(dst + 4 * q, *reinterpret_cast<const float4*>(ws + 4 * q));
+                store16(dst + v_minus_w + 4 * q, *reinterpret_cast<const float4*>(vs + 4 * q));
+            }
+#endif
+        } else if constexpr (Row::kPitched) {  // 16-byte groups; the padding's zeros go back as zeros
+            __syncthreads();
             if (kMmaCols * i + 4 * quad < pitch) {
-                float* dst = W + quad_row * row_pitch + chunk_step * i + 4 * quad;
-                const float* from = ws + quad_row * kMmaStride + 4 * quad;
+                float* dst = W + quad_row * pitch + kMmaCols * i + 4 * quad;
+                const float* from = ws + quad_row * kWv + 4 * quad;
 #pragma unroll
                 for (int k = 0; k < kMmaRows / kQuadPass; ++k, dst += quad_step) {
                     if (quad_row + k * kQuadPass >= rows) break;
-                    const float4 w_new = *reinterpret_cast<const float4*>(from + k * kQuadPass * kMmaStride);
-                    const float4 v_new = *reinterpret_cast<const float4*>(from + (kMmaRows + k * kQuadPass) * kMmaStride);
+                    const float4 w_new = *reinterpret_cast<const float4*>(from + k * kQuadPass * kWv);
+                    const float4 v_new = *reinterpret_cast<const float4*>(from + (kMmaRows + k * kQuadPass) * kWv);
                     if (active) {
                         store16(dst, w_new);
                         store16(dst + v_minus_w, v_new);
@@ -421,26 +493,32 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
                     }
                 }
             }
-        } else if (kMmaCols * i + col < len) {
-            float* dst = W + lane_row * pitch + kMmaCols * i + col;
-            const float* from = ws + lane_row * kMmaStride + col;
+        } else {
+            __syncthreads();
+            if (kMmaCols * i + col < len) {
+                float* dst = W + lane_row * pitch + kMmaCols * i + col;
+                const float* from = ws + lane_row * kWv + col;
 #pragma unroll
-            for (int k = 0; k < kMmaRows / kPass; ++k, dst += row_step) {
-                if (lane_row + k * kPass >= rows) break;
-                const float w_new = from[k * kPass * kMmaStride], v_new = from[(kMmaRows + k * kPass) * kMmaStride];
-                if (active) {
-                    dst[0] = w_new;
-                    dst[v_minus_w] = v_new;
-                } else if (v_new != 0.0f) {
-                    dst[v_minus_w] = 0.0f;
+                for (int k = 0; k < kMmaRows / kPass; ++k, dst += row_step) {
+                    if (lane_row + k * kPass >= rows) break;
+                    const float w_new = from[k * kPass * kWv], v_new = from[(kMmaRows + k * kPass) * kWv];
+                    if (active) {
+                        dst[0] = w_new;
+                        dst[v_minus_w] = v_new;
+                    } else if (v_new != 0.0f) {
+                        dst[v_minus_w] = 0.0f;
+                    }
                 }
             }
         }
     }
     // The forward sums of the two slots, slot 0's plus slot 1's (a fixed order), through stage 0.
     static_assert(kMmaSlots == 2, "the sums of two slots are combined");
-    static_assert(kMmaTiles * NT * 4 * kWarp <= mma_stage_floats<NS>(), "the partial sums fit one stage");
+    static_assert(kMmaTiles * NT * 4 * kWarp <= kStageFloats, "the partial sums fit one stage");
     copy_async_wait<0>();
+#if PVM_BULK_COPIES
+    if (kTiled && threadIdx.x == 0) bulk_wait<0>();  // the stores are done (with the stages, and the block)
+#endif
     __syncthreads();  // every warp is done with the stages
     float* sums = smem + tile * (NT * 4 * kWarp);
     if (slot == 1)

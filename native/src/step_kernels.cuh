@@ -140,13 +140,19 @@ __host__ __device__ constexpr int64_t w0_pitch(int64_t len) { return (len + 3) /
 // a row segment of 128 bytes a pitch apart for every row: the pass's traffic alone, without its arithmetic, ran
 // at 69% of the copy rate in row segments and at 98% in contiguous spans (dev/cuda/stream_pattern.cu, H100).
 // A row takes w0_row_floats(len, true) floats of its unit's span, zeros past len.
+// Within a tile's row (128 bytes) the 16-byte groups are swizzled: group c of row k sits at c ^ (k % 8). The
+// pass copies a chunk into shared memory as it lies (one bulk copy) and reads the tensor cores' fragments there
+// (rows g, g + 8 at one column pair for g < 8): unswizzled, those 8 rows would share their banks.
 constexpr int64_t kW0TileCols = 32;
 __host__ __device__ constexpr int64_t w0_row_floats(int64_t len, bool tiled) {
     return tiled ? (len + kW0TileCols - 1) / kW0TileCols * kW0TileCols : w0_pitch(len);
 }
+// Where column c (< kW0TileCols) of row k of a tile lies within the row.
+__host__ __device__ constexpr int w0_tile_col(int64_t k, int c) { return (((c / 4) ^ static_cast<int>(k % 8)) * 4) + c % 4; }
 // Entry i of row k of a unit of `hidden` rows and len inputs, from the unit's first float on the device.
 __host__ __device__ constexpr int64_t w0_at(int64_t k, int64_t i, int64_t len, int64_t hidden, bool tiled) {
-    return tiled ? (i / kW0TileCols * hidden + k) * kW0TileCols + i % kW0TileCols : k * w0_pitch(len) + i;
+    return tiled ? (i / kW0TileCols * hidden + k) * kW0TileCols + w0_tile_col(k, static_cast<int>(i % kW0TileCols))
+                 : k * w0_pitch(len) + i;
 }
 
 // W0 between the host's packed rows (packed_off: Topology::w0_off) and the device's layout (device_off; pitched
@@ -512,6 +518,56 @@ __device__ __forceinline__ int float_phase(const float* p) { return static_cast<
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int Pending>
 __device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending)); }
+
+// Bulk copies between global and shared memory (sm_90: the copy engine moves a whole 16-byte-aligned span, no
+// thread holds its addresses) and the mbarriers that count their bytes. PVM_BULK_COPIES says whether this
+// compilation has them; the callers keep a per-thread fallback of the same layout for earlier devices.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PVM_BULK_COPIES 1
+__device__ __forceinline__ unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
+}
+// After barrier_init, before the copy engine may use the barrier.
+__device__ __forceinline__ void barrier_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// One arrival that also expects `bytes` more from bulk copies before the barrier's phase completes.
+__device__ __forceinline__ void barrier_expect(uint64_t* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+}
+// Waits until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n}\n" ::"r"(shared_address(bar)),
+        "r"(parity)
+        : "memory");
+}
+// bytes (a multiple of 16) from src to dst, both 16-byte aligned; counted on bar.
+__device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(shared_address(dst)),
+                 "l"(src), "r"(bytes), "r"(shared_address(bar))
+                 : "memory");
+}
+// bytes from shared src to global dst, in this thread's current bulk group (bulk_commit closes it).
+__device__ __forceinline__ void bulk_store(float* dst, const float* src, unsigned bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(shared_address(src)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's bulk groups but the newest Pending have read their shared source (it may be overwritten).
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(Pending) : "memory"); }
+// This thread's bulk groups but the newest Pending are complete.
+template <int Pending>
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(Pending) : "memory"); }
+// This thread's shared-memory writes are ordered before later bulk copies (the copy engine's proxy) that read them.
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+#else
+#define PVM_BULK_COPIES 0
+#endif
 
 // 2 <= n_seq <= NS (a compile-time bucket): one pass over W and V per step serves every sequence.
 // A block takes rows [r0, r1) of one unit (listed by the host as (unit, r0, r1)), G lanes per row.
