@@ -11,6 +11,7 @@
 #include "pvm/cuda_check.h"
 #include "pvm/cuda_graph.h"
 #include "dependent_launch.cuh"
+#include "hidden_deltas_split.cuh"
 #include "mma_pass.cuh"
 #include "mma_products.cuh"
 #include "short_rows_pass.cuh"
@@ -36,11 +37,15 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   64 against 98 us for the two W1 products), while the W0 pass still beats its products (287 against
 //   395 us at 64). From 2 to kMmaW1MaxSeqs sequences W1's rows of up to kShortMaxLen entries go in 64-row
 //   tiles instead (weight_pass_short; feed-context rows are longer and keep the passes above).
-// - Hidden deltas: up to 4 sequences the per-unit kernel hidden_deltas<NS>; from kHiddenProductSeqs a per-unit
-//   product on tensor cores (H100, small, frames/s against hidden_deltas<8>: 5 +0.4%, 6 +1.1%, 8 +3.4%; med 8
-//   +7.4%, LARGE 8 +6.6%; at 3 and 4 the product lost 7-8%). The squared errors are summed per output by
+// - Hidden deltas: up to 4 sequences the per-unit kernel hidden_deltas<NS>; from kHiddenProductSeqs on tensor
+//   cores (H100, small, frames/s against hidden_deltas<8>: 5 +0.4%, 6 +1.1%, 8 +3.4%; med 8 +7.4%, LARGE 8
+//   +6.6%; at 3 and 4 the product lost 7-8%): up to kSplitMaxSeqs sequences a block per unit with its sum split
+//   between the warps (hidden_deltas_split, where W1's rows are short), else a per-unit product. The squared errors are summed per output by
 //   output_deltas, per unit and layer only when the metrics are taken (take_metric_sums).
 constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9, kHiddenProductSeqs = 5;
+// The hidden deltas' split sums up to this many sequences (H100, small, bench against the product: 5 +12.3%,
+// 8 +11.0%, 16 +4.1%, 32 -1.6%; workbench at 32: 34.0 against 30.9 us).
+constexpr int64_t kSplitMaxSeqs = 16;
 // From this many sequences (every weight_pass_mma bucket and the products) the x ring holds each step's sources
 // (input_layout): the pass and the products read their inputs with 4-byte copies, which can gather them.
 constexpr int64_t kBuiltInputsMinSeqs = kMmaMinSeqs;
@@ -204,6 +209,14 @@ void by_short_bucket(int64_t n, F&& f) {
     if (n <= 8) return f(std::integral_constant<int, 8>{});
     if (n <= 16) return f(std::integral_constant<int, 16>{});
     return f(std::integral_constant<int, 32>{});
+}
+
+// The same for hidden_deltas_split's bucket (n <= kSplitMaxSeqs).
+template <class F>
+void by_split_bucket(int64_t n, F&& f) {
+    static_assert(kSplitMaxSeqs == 16, "the buckets end at 16");
+    if (n <= 8) return f(std::integral_constant<int, 8>{});
+    return f(std::integral_constant<int, 16>{});
 }
 
 // weight_pass_short's precision: the engine's, except below kMmaMinSeqs, where every mode computes as the default
@@ -394,7 +407,18 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
                                      inputs = [&](int64_t u) { return t.inputs(u); },
                                      outputs = [&](int64_t u) { return t.outputs(u); },
                                      hidden_len = [&](int64_t u) { return t.hidden_len(u); };
-    if (n >= kHiddenProductSeqs) {
+    split_hidden_deltas_ = n >= kHiddenProductSeqs && n <= kSplitMaxSeqs && longest <= kernels::kSplitMaxLen &&
+                           t.hidden <= kernels::kSplitRows;
+    if (split_hidden_deltas_) {
+        by_precision(cfg_.precision, [&](auto prec) {
+            by_split_bucket(n, [&](auto bucket) {
+                constexpr int NS = decltype(bucket)::value;
+                PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::hidden_deltas_split<NS, decltype(prec)::value>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(kernels::split_shared_bytes<NS>())));
+            });
+        });
+    } else if (n >= kHiddenProductSeqs) {
         using HiddenDeltas = kernels::HiddenDeltas;
         const bool few = n <= HiddenDeltas::MmaTilesFew::kCols;
         hidden_deltas_ = DeviceBuffer<int32_t>(product_tiles(
@@ -508,13 +532,11 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     using namespace kernels;
     launch_output_deltas(a, launch);
     // wgmma (sm_90a, default precision) where the workbench measured it ahead (benchmarks/NOTES.md); same
-    // tile lists. The hidden deltas of up to 32 sequences take 32-column tiles on either (a tile list of their own).
+    // tile lists. (The hidden deltas' product takes 32-column tiles on either up to 32 sequences, where W1's rows are
+    // long: a tile list of its own.)
     static_assert(HiddenDeltas::WgmmaTiles::kCols == HiddenDeltas::MmaTiles::kCols &&
                       W1Update::WgmmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
-    if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols)
-        launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, P>>(a, hidden_deltas_, launch);
-    else
-        launch_product_on<HiddenDeltas, HiddenDeltas::WgmmaTiles, HiddenDeltas::MmaTiles, P>(wgmma_, a, hidden_deltas_, launch);
+    launch_hidden_deltas<P>(a, launch);
     mark("deltas");
     if (a.n_seq <= kMmaW1MaxSeqs) {
         enqueue_mma_passes<P>(a, launch, mark);
@@ -539,6 +561,21 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         mark("w0 update");
         launch_product<W1Update, WithPrecision<W1Update::MmaTiles, P>>(a, w1_update_, launch);
         mark("w1 update");
+    }
+}
+
+template <Precision P>
+void CudaEngine::launch_hidden_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
+    using namespace kernels;
+    if (split_hidden_deltas_) {
+        by_split_bucket(a.n_seq, [&](auto bucket) {
+            constexpr int NS = decltype(bucket)::value;
+            PVM_CUDA_CHECK(launch(hidden_deltas_split<NS, P>, static_cast<unsigned>(a.n_units), kSplitThreads, split_shared_bytes<NS>(), a));
+        });
+    } else if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols) {
+        launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, P>>(a, hidden_deltas_, launch);
+    } else {
+        launch_product_on<HiddenDeltas, HiddenDeltas::WgmmaTiles, HiddenDeltas::MmaTiles, P>(wgmma_, a, hidden_deltas_, launch);
     }
 }
 
@@ -647,9 +684,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     } else {
         launch_output_deltas(a, launch);
         if (n >= kHiddenProductSeqs) {
-            by_precision(cfg_.precision, [&](auto prec) {
-                launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, decltype(prec)::value>>(a, hidden_deltas_, launch);
-            });
+            by_precision(cfg_.precision, [&](auto prec) { launch_hidden_deltas<decltype(prec)::value>(a, launch); });
         } else {
             by_bucket(n, [&](auto bucket) {
                 PVM_CUDA_CHECK(launch(hidden_deltas<decltype(bucket)::value>, static_cast<unsigned>(t.n_units), T, 0, a));

@@ -64,6 +64,9 @@ private:
     template <Precision P, class Mark>
     void enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
     void launch_short_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
+    // The hidden deltas from kHiddenProductSeqs sequences (hidden_deltas_split or the product), in precision P.
+    template <Precision P>
+    void launch_hidden_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     template <class Pixel>
     Pixel* upload_frames(const Pixel* frames);
     DeviceBuffer<float>& buffer(const std::string& name);
@@ -107,6 +110,9 @@ private:
     // the tiles' records, and the resident blocks that walk them (0: weight_pass_multi's or weight_pass_mma's pass).
     DeviceBuffer<int64_t> w1_tiles_;
     int w1_short_blocks_ = 0;
+    // The hidden deltas of kHiddenProductSeqs to kSplitMaxSeqs sequences on hidden_deltas_split (W1's rows short, at most
+    // kSplitRows hidden rows), else as the product (hidden_deltas_'s tiles).
+    bool split_hidden_deltas_ = false;
 
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
