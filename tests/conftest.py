@@ -32,6 +32,10 @@ def migrated_db(tmp_path_factory) -> Path:
     return path
 
 
+# The state arrays a step changes, which two engines (or two runs) given the same frames must agree on.
+STEPPED_STATE = ("weights", "momentum", "x_ring", "h_ring", "y_ring")
+
+
 def random_frames(spec, n_steps: int, n_seq: int = 1, seed: int = 0) -> np.ndarray:
     """uint8 BGR frames [n_steps, n_seq, D, D, C], never all zeros."""
     rng = np.random.default_rng(seed)

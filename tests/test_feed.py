@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import STEPPED_STATE
 
 from pvm_dist import build_engine, load_spec
 from pvm_dist.data import make_source
 from pvm_dist.engine.native import build_info, native_module
 from pvm_dist.run import feed as feed_module
 from pvm_dist.run.feed import FrameFeed
-
-COMPARED = ("weights", "momentum", "x_ring", "h_ring", "y_ring")
 
 
 def _fed_and_stepped(spec, n_seq, device, runs, observe=None):
@@ -35,7 +34,7 @@ def test_host_feed_equals_stepping():
     spec = load_spec("tiny").with_overrides({"delay_each_layer_learning": 2})
     feed, fed, stepped, _ = _fed_and_stepped(spec, 2, "cpu", [1, 7, 3])
     assert not feed.on_device
-    for key in COMPARED:
+    for key in STEPPED_STATE:
         assert np.array_equal(fed[key], stepped[key]), key
 
 
@@ -53,7 +52,7 @@ def test_drawn_ring_equals_stepping(monkeypatch):
     feed, fed, stepped, source = _fed_and_stepped(spec, n_seq, "cuda", runs,
                                                   observe=lambda first, frames: seen.append((first, len(frames))))
     assert feed.on_device and feed.block == 4 and len(feed._ring) == 8
-    for key in COMPARED:
+    for key in STEPPED_STATE:
         assert np.array_equal(fed[key], stepped[key]), key
     covered = [s for first, n in seen for s in range(first, first + n)]
     assert covered == list(range(sum(runs)))  # every step's frames observed once, in order

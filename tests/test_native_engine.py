@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import random_frames
+from conftest import STEPPED_STATE, random_frames
 
 from pvm_dist import build_engine, load_spec
 from pvm_dist.io import checkpoint
 from pvm_dist.engine.native import build_info, native_module
 
 pytestmark = pytest.mark.skipif(native_module() is None, reason="the native module is not built")
-
-COMPARED = ("weights", "momentum", "x_ring", "h_ring", "y_ring")
 
 
 def transitions(name: str, steps: int):
@@ -29,7 +27,7 @@ def transitions(name: str, steps: int):
 
 
 def relative_errors(ref_state, nat_state):
-    return {k: float(np.linalg.norm(nat_state[k] - ref_state[k]) / np.linalg.norm(ref_state[k])) for k in COMPARED}
+    return {k: float(np.linalg.norm(nat_state[k] - ref_state[k]) / np.linalg.norm(ref_state[k])) for k in STEPPED_STATE}
 
 
 def run_pair(spec, n_seq, steps, device, seed=0):
@@ -81,7 +79,7 @@ def test_native_cpu_is_deterministic():
         eng = build_engine(spec, backend="native", n_seq=4, device="cpu")
         eng.run(60, iter(frames))
         states.append(eng.state())
-    for key in COMPARED:
+    for key in STEPPED_STATE:
         assert np.array_equal(states[0][key], states[1][key]), key
 
 
@@ -108,7 +106,7 @@ def test_native_cpu_computes_fp32_in_every_precision():
         eng = build_engine(spec.with_overrides({"precision": precision}), backend="native", n_seq=8, device="cpu")
         eng.run(30, iter(frames))
         states.append(eng.state())
-    for key in COMPARED:
+    for key in STEPPED_STATE:
         assert np.array_equal(states[0][key], states[1][key]) and np.array_equal(states[0][key], states[2][key]), key
 
 
@@ -227,7 +225,7 @@ def test_native_cuda_is_bit_identical(n_seq):
         eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
         eng.run(50, iter(frames))
         states.append(eng.state())
-    for key in COMPARED:
+    for key in STEPPED_STATE:
         assert np.array_equal(states[0][key], states[1][key]), key
 
 
@@ -247,7 +245,7 @@ def test_native_cuda_chained_launches_change_nothing(n_seq, monkeypatch):
         assert eng.chained_launches == (chain == "1" and can_chain)
         eng.run(40, iter(frames))
         states.append(eng.state())
-    for key in COMPARED:
+    for key in STEPPED_STATE:
         assert np.array_equal(states[0][key], states[1][key]), key
 
 
@@ -290,7 +288,7 @@ def test_x_ring_built_from_sources_survives_state_and_views(n_seq):
     first.run(15, iter(frames[25:]))
     second.run(15, iter(frames[25:]))
     a, b = first.state(), second.state()
-    for key in COMPARED:
+    for key in STEPPED_STATE:
         assert np.array_equal(a[key], b[key]), key
     cupy = pytest.importorskip("cupy")
     assert np.array_equal(cupy.asnumpy(first.device_view("x_ring")), a["x_ring"])
@@ -335,7 +333,7 @@ def dataset_vs_steps(name: str, n_seq: int, steps: int, device: str, dataset=Non
 @pytest.mark.parametrize("n_seq", [1, 3])
 def test_dataset_run_equals_stepping_on_the_cpu(n_seq):
     a, b = dataset_vs_steps("tiny", n_seq, 60, "cpu")
-    for key in (*COMPARED, "unit_learning_rate"):
+    for key in (*STEPPED_STATE, "unit_learning_rate"):
         assert np.array_equal(a[key], b[key]), key
 
 
@@ -355,7 +353,7 @@ def test_dataset_checks_its_input():
 @pytest.mark.parametrize("name,n_seq", [("small", 1), ("small", 4), ("tiny", 64)])
 def test_dataset_on_the_gpu_equals_stepping(name, n_seq):
     a, b = dataset_vs_steps(name, n_seq, 40, "cuda")
-    for key in COMPARED:
+    for key in STEPPED_STATE:
         assert np.array_equal(a[key], b[key]), key
 
 
@@ -382,7 +380,7 @@ def test_error_view_is_the_last_steps_target_minus_prediction(n_seq):
 def test_cupy_dataset_is_used_in_place_and_views_show_device_state():
     cupy = pytest.importorskip("cupy")
     a, b = dataset_vs_steps("small", 1, 30, "cuda", dataset=cupy.asarray)
-    for key in COMPARED:
+    for key in STEPPED_STATE:
         assert np.array_equal(a[key], b[key]), key
     spec = transitions("tiny", 20)
     eng = build_engine(spec, backend="native", n_seq=2, device="cuda")

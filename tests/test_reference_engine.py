@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import random_frames
+from conftest import STEPPED_STATE, random_frames
 
 from pvm_dist import build_engine, load_spec
 from pvm_dist.model.numerics import initial_weights
@@ -125,7 +125,7 @@ def test_determinism_bit_identical():
         eng = build_engine(spec, n_seq=3, seed=11)
         eng.run(60, iter(frames))
         runs.append(eng.state())
-    for key in ("weights", "momentum", "x_ring", "h_ring", "y_ring"):
+    for key in STEPPED_STATE:
         assert np.array_equal(runs[0][key], runs[1][key]), key
 
 
