@@ -11,7 +11,7 @@
 // 64 hidden rows; the arithmetic is weight_pass_mma's (TensorMath<P>).
 // Workbench (dev/cuda/hidden_deltas_split.cu, H100, L2 flushed), product -> this: 5 / 8 / 16 sequences 26.5 -> 18.2,
 // 26.8 -> 18.8, 28.3 -> 22.3 us, relative error 2.2e-6 -> 3.1e-7; at 32 sequences 30.9 -> 34.0 (the engine keeps the
-// product from 17). 3 stages instead of 4: 16.9 / 17.5 / 25.5 us.
+// product from 17). 3 stages instead of 4: 18.5 / 19.2 us at 5 / 8 (an earlier version with 3 stages: 25.5 at 16).
 #pragma once
 
 #include "mma_pass.cuh"
