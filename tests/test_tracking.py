@@ -107,6 +107,15 @@ def test_run_tags():
         assert len(tags["git.commit"]) == 40 and tags["mlflow.source.git.commit"] == tags["git.commit"]
 
 
+def test_run_page_opens_the_model_training_view():
+    from pvm_dist.tracking.defaults import run_page
+
+    tail = "/#/experiments/3/runs/abc/model-metrics?workflowType=machine_learning"
+    assert run_page("sqlite:////x/mlflow.db", "3", "abc") == "http://127.0.0.1:5000" + tail  # `mlflow ui`'s default
+    assert run_page("http://tracker:8080/", "3", "abc") == "http://tracker:8080" + tail
+    assert run_page("https://example.org/mlflow", "3", "abc") == "https://example.org/mlflow" + tail
+
+
 def test_read_fallback_skips_a_torn_line(tmp_path):
     path = tmp_path / tracking.FALLBACK_FILE
     path.write_text(json.dumps({"kind": "metric", "session": "s", "seq": 1, "run_id": None, "key": "a",

@@ -74,6 +74,9 @@ def test_train_records_everything_in_mlflow(env, tmp_path):
     assert stored.samefile(tmp_path / "r" / "checkpoints" / "step_000000040.pvmckpt")
     assert checkpoint.load(stored).step == 40
     assert summary["picture"].endswith("step_000000040.png") and summary["animation"].endswith("prediction.gif")
+    # Where to look: the run's charts in the UI's model-training view, at `mlflow ui`'s address for a SQLite store.
+    assert summary["mlflow_page"] == (f"http://127.0.0.1:5000/#/experiments/{mlrun.info.experiment_id}/runs/"
+                                      f"{mlrun.info.run_id}/model-metrics?workflowType=machine_learning")
 
 
 def test_train_then_resume_equals_straight_run_in_the_same_mlflow_run(env, tmp_path):
@@ -81,8 +84,9 @@ def test_train_then_resume_equals_straight_run_in_the_same_mlflow_run(env, tmp_p
     assert run(env, "train", "--steps", "60", "--run-dir", str(a), "--experiment", "straight", "-q", *FAST).returncode == 0
     out = run(env, "train", "--steps", "25", "--run-dir", str(b), "--experiment", "resumed", "-q", *FAST)
     assert out.returncode == 0, out.stderr
-    out = run(env, "train", "--resume", str(b / "checkpoints" / "step_000000025.pvmckpt"), "--steps", "60", "-q")
+    out = run(env, "train", "--resume", str(b / "checkpoints" / "step_000000025.pvmckpt"), "--steps", "60", "--json")
     assert out.returncode == 0, out.stderr
+    page = json.loads(out.stdout)["mlflow_page"]
     straight = checkpoint.load(a / "checkpoints" / "step_000000060.pvmckpt")
     resumed = checkpoint.load(b / "checkpoints" / "step_000000060.pvmckpt")
     assert straight.spec == resumed.spec and straight.spec["delay_each_layer_learning"] == 10
@@ -91,6 +95,7 @@ def test_train_then_resume_equals_straight_run_in_the_same_mlflow_run(env, tmp_p
         if not key.startswith("metrics_"):  # summed in blocks that the shorter run's end at step 25 split differently
             assert np.array_equal(value, resumed.state[key]), key
     (mlrun,) = runs_of(env["PVM_MLFLOW_URI"], "resumed")  # one run, continued
+    assert f"/#/experiments/{mlrun.info.experiment_id}/runs/{mlrun.info.run_id}/" in page  # (its experiment looked up)
     history = mlflow.MlflowClient(tracking_uri=env["PVM_MLFLOW_URI"]).get_metric_history(mlrun.info.run_id, "frames_per_s")
     assert sorted(m.step for m in history) == [10, 20, 25, 30, 40, 50, 60] and mlrun.info.status == "FINISHED"
     lines = [json.loads(x) for x in (a / "metrics.jsonl").read_text().splitlines()]

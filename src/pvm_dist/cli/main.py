@@ -327,13 +327,17 @@ def train(
     except DataError as exc:
         raise UserError(str(exc)) from None
     cfg = result.config
+    from pvm_dist.tracking.defaults import run_page
+
+    page = (run_page(cfg.mlflow_uri, result.experiment_id, cfg.run_id)
+            if cfg.run_id and cfg.mlflow_uri and result.experiment_id else None)
     summary = {
         "step": result.step, "interrupted": result.interrupted, "checkpoint": str(result.checkpoint),
         "run_dir": str(result.run_dir), "seconds": round(result.seconds, 3), "steps_per_s": result.steps_per_s,
         "frames_per_s": result.frames_per_s, "metrics": result.final_metrics,
         "picture": str(result.picture) if result.picture else None,
         "animation": str(result.animation) if result.animation else None,
-        "mlflow_run_id": cfg.run_id, "mlflow_uri": cfg.mlflow_uri, "heldout": result.heldout,
+        "mlflow_run_id": cfg.run_id, "mlflow_uri": cfg.mlflow_uri, "mlflow_page": page, "heldout": result.heldout,
     }
     if as_json:
         _print_json(summary)
@@ -359,8 +363,11 @@ def train(
         if result.animation:
             typer.echo(f"animation  {result.animation}")
         if cfg.run_id:
-            typer.echo(f"MLflow run {cfg.run_id} in experiment '{cfg.experiment}' at {cfg.mlflow_uri} "
-                       f"(browse: mlflow ui --backend-store-uri {cfg.mlflow_uri})")
+            typer.echo(f"MLflow run {cfg.run_id} in experiment '{cfg.experiment}' at {cfg.mlflow_uri}")
+            if not (cfg.mlflow_uri or "").startswith(("http://", "https://")):
+                typer.echo(f"browse     mlflow ui --backend-store-uri {cfg.mlflow_uri}")
+            if page:
+                typer.echo(f"charts     {page}")
     if result.interrupted:
         typer.echo(f"interrupted; resume with: pvm-dist train --resume {result.checkpoint} --steps {cfg.steps}", err=True)
         raise typer.Exit(130)

@@ -65,6 +65,7 @@ class TrainResult:
     animation: Path | None
     config: RunConfig
     heldout: dict[str, float] = dataclasses.field(default_factory=dict)  # heldout_* scores of the final model
+    experiment_id: str | None = None  # the MLflow run's experiment (None untracked, or the tracker never reached)
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -282,4 +283,4 @@ def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
         (run_dir / FINISHED_FILE).write_text(json.dumps({"step": session.step, "time": time.time()}) + "\n")
     rate = (session.step - start_step) / max(trained_s, 1e-9)  # training only, not the held-out score
     return TrainResult(session.step, interrupted, last_ck, run_dir, trained_s, rate, rate * cfg.n_seq, metrics,
-                       folder.picture, animation, cfg, heldout)
+                       folder.picture, animation, cfg, heldout, tracker.experiment_id if tracker is not None else None)

@@ -25,6 +25,18 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
 
 
+#: Where ``mlflow ui`` serves unless told otherwise.
+LOCAL_UI = "http://127.0.0.1:5000"
+
+
+def run_page(uri: str, experiment_id: str, run_id: str) -> str:
+    """The address of a run's metric charts in the MLflow UI: the tracking server itself for an http(s) URI, else
+    the local ``mlflow ui`` (:data:`LOCAL_UI`). It names the model-training view: MLflow 3.17's UI opens in its
+    GenAI view whatever the experiment's kind tag says, and there a run is an "evaluation" without its charts."""
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}/model-metrics?workflowType=machine_learning"
+
+
 def run_tags(backend: str | None = None, device_name: str | None = None,
              extra: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The standard tags of a training run: git commit (when the package runs from a checkout), host,

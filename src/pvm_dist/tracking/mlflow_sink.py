@@ -141,6 +141,7 @@ class MlflowSink:
         self.experiment = experiment
         self.run_name = run_name
         self.run_id = run_id
+        self.experiment_id: str | None = None  # the run's experiment, once the run is open
         self.ready = False  # the run exists (created or resumed)
         self.lock = store_lock(uri)
         self._resume_id = run_id
@@ -186,6 +187,7 @@ class MlflowSink:
         if self._resume_id:
             try:
                 client.update_run(self._resume_id, status="RUNNING")
+                self.experiment_id = client.get_run(self._resume_id).info.experiment_id
             except Exception as e:
                 if not is_permanent(e):
                     raise
@@ -195,7 +197,7 @@ class MlflowSink:
                 self._create_tags["pvm.resumed_from"] = self.run_id or ""
         if self._resume_id:
             return
-        experiment_id = self._experiment_id(client)
+        experiment_id = self.experiment_id = self._experiment_id(client)
         found = self._run_by_key(client, experiment_id)
         if found is not None:
             client.update_run(found, status="RUNNING")
@@ -258,7 +260,8 @@ class MlflowSink:
         if exp is not None:
             return exp.experiment_id
         try:
-            # The kind tag makes MLflow 3's UI open the experiment on its runs (model training), not GenAI traces.
+            # The kind tag says model training. (MLflow 3.17's UI opens in its GenAI view whatever the tag says: the
+            # address `pvm-dist train` prints names the model-training view, defaults.run_page.)
             return client.create_experiment(self.experiment, artifact_location=self._artifact_location(),
                                             tags={"mlflow.experimentKind": "custom_model_development"})
         except Exception as e:

@@ -131,6 +131,11 @@ class Tracker:
         return self._sink.run_id
 
     @property
+    def experiment_id(self) -> str | None:
+        """The id of the run's experiment; None until the run is open."""
+        return self._sink.experiment_id
+
+    @property
     def healthy(self) -> bool:
         """False during an outage."""
         return self._delivery.backoff.ok
