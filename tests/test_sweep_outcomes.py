@@ -56,6 +56,12 @@ def test_exit_code_says_whether_trials_failed_and_the_summary_says_why(tmp_path,
     assert rc == code, err
     if said is None:
         assert "FAILED" not in out + err
+        # Where to look: the experiment's runs and the best trial's charts, in the MLflow UI's model-training view.
+        from mlflow import MlflowClient
+
+        eid = MlflowClient(mlflow_uri).get_experiment_by_name(tmp_path.name).experiment_id
+        assert f"  runs   http://127.0.0.1:5000/#/experiments/{eid}/runs?workflowType=machine_learning" in out
+        assert f"/#/experiments/{eid}/runs/" in out.split("  charts ")[1] and "/model-metrics?workflowType" in out
         return
     assert said in err and "--retry-failed" in err
     for seed in failing:

@@ -107,13 +107,14 @@ def test_run_tags():
         assert len(tags["git.commit"]) == 40 and tags["mlflow.source.git.commit"] == tags["git.commit"]
 
 
-def test_run_page_opens_the_model_training_view():
-    from pvm_dist.tracking.defaults import run_page
+def test_ui_pages_open_the_model_training_view():
+    from pvm_dist.tracking.defaults import experiment_page, run_page
 
     tail = "/#/experiments/3/runs/abc/model-metrics?workflowType=machine_learning"
     assert run_page("sqlite:////x/mlflow.db", "3", "abc") == "http://127.0.0.1:5000" + tail  # `mlflow ui`'s default
     assert run_page("http://tracker:8080/", "3", "abc") == "http://tracker:8080" + tail
     assert run_page("https://example.org/mlflow", "3", "abc") == "https://example.org/mlflow" + tail
+    assert experiment_page("file:///x/mlruns", "7") == "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
 
 
 def test_read_fallback_skips_a_torn_line(tmp_path):

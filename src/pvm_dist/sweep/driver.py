@@ -119,6 +119,7 @@ class SweepOutcome:
     longest_block_parts: str = ""  # its three longest parts, e.g. "ChunkDone 12 ms, assign 3 ms, ..."
     longest_run_open_s: float = 0.0  # the longest opening of a trial's MLflow run (on a thread, off the loop)
     checkpoints_dropped: int = 0  # superseded by a newer state of the trial before they were written
+    experiment_id: str | None = None  # the MLflow experiment of the sweep's runs (None: the tracker never reached)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -660,7 +661,8 @@ class Driver:
             frames_per_s=self.frames / training_s if training_s > 0 else 0.0,
             warm_start_s=sum(warm) / len(warm) if warm else None, workers=self.executor.summary(),
             longest_block_s=self.longest_block_s, longest_block_parts=self.longest_block_parts,
-            longest_run_open_s=self.longest_run_open_s, checkpoints_dropped=self.checkpoints.dropped)
+            longest_run_open_s=self.longest_run_open_s, checkpoints_dropped=self.checkpoints.dropped,
+            experiment_id=self.parent.experiment_id)
 
     def best(self) -> dict[str, Any] | None:
         done = [t for t in self.state.trials.values() if t.status == FINISHED and t.metric is not None

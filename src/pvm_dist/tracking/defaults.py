@@ -29,12 +29,17 @@ def default_tracking_uri() -> str:
 LOCAL_UI = "http://127.0.0.1:5000"
 
 
-def run_page(uri: str, experiment_id: str, run_id: str) -> str:
-    """The address of a run's metric charts in the MLflow UI: the tracking server itself for an http(s) URI, else
+def experiment_page(uri: str, experiment_id: str) -> str:
+    """The address of an experiment's runs in the MLflow UI: the tracking server itself for an http(s) URI, else
     the local ``mlflow ui`` (:data:`LOCAL_UI`). It names the model-training view: MLflow 3.17's UI opens in its
-    GenAI view whatever the experiment's kind tag says, and there a run is an "evaluation" without its charts."""
+    GenAI view whatever the experiment's kind tag says, where runs are "evaluations" without their charts."""
     base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
-    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}/model-metrics?workflowType=machine_learning"
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def run_page(uri: str, experiment_id: str, run_id: str) -> str:
+    """The address of a run's metric charts in the MLflow UI's model-training view (as :func:`experiment_page`)."""
+    return experiment_page(uri, experiment_id).replace("/runs?", f"/runs/{run_id}/model-metrics?")
 
 
 def run_tags(backend: str | None = None, device_name: str | None = None,
