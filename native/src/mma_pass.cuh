@@ -461,25 +461,25 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         }
         // Every warp's update of the chunk is in the stage: the block writes its rows back as whole 32-float
         // segments (each lane storing its own fragment wrote 3.2 L2 sectors per 32 bytes).
+#if PVM_BULK_COPIES
+        if constexpr (kTiled) fence_async_shared();  // (this thread's new W and V, before the copy engine reads them)
+#endif
+        __syncthreads();
         if constexpr (kTiled) {
             float* dst = W + chunk_step * i;
 #if PVM_BULK_COPIES
-            fence_async_shared();  // (this thread's new W and V, before the copy engine reads them)
-            __syncthreads();
             if (threadIdx.x == 0) {
                 bulk_store(dst, ws, span_bytes);
                 bulk_store(dst + v_minus_w, vs, span_bytes);
                 bulk_commit();
             }
 #else
-            __syncthreads();
             for (int q = threadIdx.x; q < rows * kQuads; q += kMmaThreads) {
                 store16(dst + 4 * q, *reinterpret_cast<const float4*>(ws + 4 * q));
                 store16(dst + v_minus_w + 4 * q, *reinterpret_cast<const float4*>(vs + 4 * q));
             }
 #endif
         } else if constexpr (Row::kPitched) {  // 16-byte groups; the padding's zeros go back as zeros
-            __syncthreads();
             if (kMmaCols * i + 4 * quad < pitch) {
                 float* dst = W + quad_row * pitch + kMmaCols * i + 4 * quad;
                 const float* from = ws + quad_row * kWv + 4 * quad;
@@ -496,21 +496,18 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
                     }
                 }
             }
-        } else {
-            __syncthreads();
-            if (kMmaCols * i + col < len) {
-                float* dst = W + lane_row * pitch + kMmaCols * i + col;
-                const float* from = ws + lane_row * kWv + col;
+        } else if (kMmaCols * i + col < len) {
+            float* dst = W + lane_row * pitch + kMmaCols * i + col;
+            const float* from = ws + lane_row * kWv + col;
 #pragma unroll
-                for (int k = 0; k < kMmaRows / kPass; ++k, dst += row_step) {
-                    if (lane_row + k * kPass >= rows) break;
-                    const float w_new = from[k * kPass * kWv], v_new = from[(kMmaRows + k * kPass) * kWv];
-                    if (active) {
-                        dst[0] = w_new;
-                        dst[v_minus_w] = v_new;
-                    } else if (v_new != 0.0f) {
-                        dst[v_minus_w] = 0.0f;
-                    }
+            for (int k = 0; k < kMmaRows / kPass; ++k, dst += row_step) {
+                if (lane_row + k * kPass >= rows) break;
+                const float w_new = from[k * kPass * kWv], v_new = from[(kMmaRows + k * kPass) * kWv];
+                if (active) {
+                    dst[0] = w_new;
+                    dst[v_minus_w] = v_new;
+                } else if (v_new != 0.0f) {
+                    dst[v_minus_w] = 0.0f;
                 }
             }
         }
