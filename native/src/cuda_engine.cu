@@ -40,8 +40,9 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 // - Hidden deltas: up to 4 sequences the per-unit kernel hidden_deltas<NS>; from kHiddenProductSeqs on tensor
 //   cores (H100, small, frames/s against hidden_deltas<8>: 5 +0.4%, 6 +1.1%, 8 +3.4%; med 8 +7.4%, LARGE 8
 //   +6.6%; at 3 and 4 the product lost 7-8%): up to kSplitMaxSeqs sequences a block per unit with its sum split
-//   between the warps (hidden_deltas_split, where W1's rows are short), else a per-unit product. The squared errors are summed per output by
-//   output_deltas, per unit and layer only when the metrics are taken (take_metric_sums).
+//   between the warps (hidden_deltas_split, where W1's rows are short), else a per-unit product. The squared
+//   errors are summed per output by output_deltas, per unit and layer only when the metrics are taken
+//   (take_metric_sums).
 constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9, kHiddenProductSeqs = 5;
 // The hidden deltas' split sums up to this many sequences (H100, small, bench against the product: 5 +12.3%,
 // 8 +11.0%, 16 +4.1%, 32 -1.6%; workbench at 32: 34.0 against 30.9 us).
@@ -532,8 +533,8 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     using namespace kernels;
     launch_output_deltas(a, launch);
     // wgmma (sm_90a, default precision) where the workbench measured it ahead (benchmarks/NOTES.md); same
-    // tile lists. (The hidden deltas' product takes 32-column tiles on either up to 32 sequences, where W1's rows are
-    // long: a tile list of its own.)
+    // tile lists. (The hidden deltas' product, where it runs, takes 32-column tiles on either up to 32 sequences: a
+    // tile list of its own.)
     static_assert(HiddenDeltas::WgmmaTiles::kCols == HiddenDeltas::MmaTiles::kCols &&
                       W1Update::WgmmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
     launch_hidden_deltas<P>(a, launch);
@@ -570,7 +571,8 @@ void CudaEngine::launch_hidden_deltas(const kernels::StepArgs& a, const kernels:
     if (split_hidden_deltas_) {
         by_split_bucket(a.n_seq, [&](auto bucket) {
             constexpr int NS = decltype(bucket)::value;
-            PVM_CUDA_CHECK(launch(hidden_deltas_split<NS, P>, static_cast<unsigned>(a.n_units), kSplitThreads, split_shared_bytes<NS>(), a));
+            PVM_CUDA_CHECK(
+                launch(hidden_deltas_split<NS, P>, static_cast<unsigned>(a.n_units), kSplitThreads, split_shared_bytes<NS>(), a));
         });
     } else if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols) {
         launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, P>>(a, hidden_deltas_, launch);
