@@ -468,15 +468,15 @@ struct RowW1 {  // row (u, j) of W1: y(s)[j] = phi(W1[j,:] . h(s)); update with 
     }
 };
 
+// A pointer into shared memory as the 32-bit address that PTX's shared state space takes.
+__device__ __forceinline__ unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 // Asynchronous 4-byte copy global -> shared (sm_80+); src_bytes 0 fills zero and reads nothing.
 __device__ __forceinline__ void copy_async4(float* dst, const float* src, bool valid) {
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)), "l"(src), "r"(valid ? 4 : 0));
 }
 // The same for 16 bytes (dst and src 16-byte aligned); not cached in L1.
 __device__ __forceinline__ void copy_async16(float* dst, const float* src, bool valid) {
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 // A 16-byte store (dst 16-byte aligned) as one st.global.v4: the compiler splits a float4 store whose
 // alignment it cannot prove into four.
@@ -508,7 +508,6 @@ __device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_
 // compilation has them; the callers keep a per-thread fallback of the same layout for earlier devices.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PVM_BULK_COPIES 1
-__device__ __forceinline__ unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
 }
