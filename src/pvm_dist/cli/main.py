@@ -327,7 +327,7 @@ def train(
     except DataError as exc:
         raise UserError(str(exc)) from None
     cfg = result.config
-    from pvm_dist.tracking.defaults import run_page
+    from pvm_dist.tracking.defaults import run_page, ui_command
 
     page = (run_page(cfg.mlflow_uri, result.experiment_id, cfg.run_id)
             if cfg.run_id and cfg.mlflow_uri and result.experiment_id else None)
@@ -364,8 +364,8 @@ def train(
             typer.echo(f"animation  {result.animation}")
         if cfg.run_id:
             typer.echo(f"MLflow run {cfg.run_id} in experiment '{cfg.experiment}' at {cfg.mlflow_uri}")
-            if not (cfg.mlflow_uri or "").startswith(("http://", "https://")):
-                typer.echo(f"browse     mlflow ui --backend-store-uri {cfg.mlflow_uri}")
+            if cfg.mlflow_uri and (command := ui_command(cfg.mlflow_uri)):
+                typer.echo(f"browse     {command}")
             if page:
                 typer.echo(f"charts     {page}")
     if result.interrupted:

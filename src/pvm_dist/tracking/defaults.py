@@ -29,11 +29,17 @@ def default_tracking_uri() -> str:
 LOCAL_UI = "http://127.0.0.1:5000"
 
 
+def ui_command(uri: str) -> str | None:
+    """The command that serves the MLflow UI over the store at ``uri``; None for a tracking server (http(s)),
+    which serves its own."""
+    return None if uri.startswith(("http://", "https://")) else f"mlflow ui --backend-store-uri {uri}"
+
+
 def experiment_page(uri: str, experiment_id: str) -> str:
-    """The address of an experiment's runs in the MLflow UI: the tracking server itself for an http(s) URI, else
-    the local ``mlflow ui`` (:data:`LOCAL_UI`). It names the model-training view: MLflow 3.17's UI opens in its
-    GenAI view whatever the experiment's kind tag says, where runs are "evaluations" without their charts."""
-    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
+    """The address of an experiment's runs in the MLflow UI: the tracking server itself, else the local ``mlflow ui``
+    (:data:`LOCAL_UI`). It names the model-training view: MLflow 3.17's UI opens in its GenAI view whatever the
+    experiment's kind tag says, where runs are "evaluations" without their charts."""
+    base = LOCAL_UI if ui_command(uri) else uri.rstrip("/")
     return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
