@@ -62,14 +62,10 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const char* name
     DeviceScope dev;
     StepArgs a = upload(dev, L, S, n, kStep);
     a.lr_delta_hidden = dev.put(std::vector<float>(n * L.h_total, -7.0f));
-    std::vector<int32_t> tiles;  // (unit, 0, 0): one 64 x 32 tile per unit, the longest sums first as product_tiles
-    std::vector<int64_t> order(kUnits);
-    for (int64_t u = 0; u < kUnits; ++u) order[u] = u;
-    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
-        return L.y_off[x + 1] - L.y_off[x] > L.y_off[y + 1] - L.y_off[y];
-    });
-    for (int64_t u : order) tiles.insert(tiles.end(), {static_cast<int32_t>(u), 0, 0});
-    const int32_t* d_tiles = dev.put(tiles);
+    // The product's list: one 64 x 32 tile per unit (49 hidden rows, at most 32 sequences), the longest sums first.
+    const int32_t* d_tiles = dev.put(tiles(kMmaProductRows, Few::kCols, [&](int64_t u) {
+        return std::array<int64_t, 3>{kHidden, n, L.y_off[u + 1] - L.y_off[u]};
+    }));
     launch(a, d_tiles);
     CHECK_LAUNCH();
     CHECK(cudaDeviceSynchronize());

@@ -23,20 +23,6 @@ using namespace pvm::kernels;
 
 namespace {
 
-// (unit, first m, first n) tiles as product_tiles in cuda_engine.cu lists them, heaviest first.
-std::vector<int32_t> tiles(int cols, const std::function<std::array<int64_t, 3>(int64_t)>& mnk) {
-    std::vector<std::array<int64_t, 4>> t;
-    for (int64_t u = 0; u < kUnits; ++u) {
-        const auto [M, N, K] = mnk(u);
-        for (int64_t m0 = 0; m0 < M; m0 += kMmaProductRows)
-            for (int64_t n0 = 0; n0 < N; n0 += cols) t.push_back({K, u, m0, n0});
-    }
-    std::stable_sort(t.begin(), t.end(), [](const auto& x, const auto& y) { return x[0] > y[0]; });
-    std::vector<int32_t> out;
-    for (const auto& e : t) out.insert(out.end(), {static_cast<int32_t>(e[1]), static_cast<int32_t>(e[2]), static_cast<int32_t>(e[3])});
-    return out;
-}
-
 constexpr int64_t kStep = 5;  // ring slots: cur = 2, old = 0
 constexpr int kCur = kStep % kRing, kOld = (kStep - 2) % kRing;
 constexpr int64_t kSampleEvery = 8;  // the CPU reference covers every 8th unit
@@ -156,7 +142,7 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
         }
         DeviceScope dev;
         const StepArgs a = upload(dev, L, S, n, kStep, true);
-        const auto t = tiles(Shape::kCols, mnk);
+        const auto t = tiles(kMmaProductRows, Shape::kCols, mnk);
         const int32_t* d = dev.put(t);
         CHECK(cudaFuncSetAttribute(product_kernel<P, Shape>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    static_cast<int>(product_shared_bytes<Shape>())));

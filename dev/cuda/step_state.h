@@ -6,6 +6,8 @@
 // other units, the rest have places of their own.
 #pragma once
 
+#include <array>
+#include <functional>
 #include <type_traits>
 
 #include "common.h"
@@ -48,6 +50,21 @@ struct Layout {
         x_stride = (own + 3) / 4 * 4;
     }
 };
+
+// (unit, first m, first n) tiles of rows x cols over every unit's M x N output (mnk(u) = {M, N, K}), as product_tiles
+// in cuda_engine.cu lists them: the longest sums (K) first.
+inline std::vector<int32_t> tiles(int rows, int cols, const std::function<std::array<int64_t, 3>(int64_t)>& mnk) {
+    std::vector<std::array<int64_t, 4>> t;
+    for (int64_t u = 0; u < kUnits; ++u) {
+        const auto [M, N, K] = mnk(u);
+        for (int64_t m0 = 0; m0 < M; m0 += rows)
+            for (int64_t n0 = 0; n0 < N; n0 += cols) t.push_back({K, u, m0, n0});
+    }
+    std::stable_sort(t.begin(), t.end(), [](const auto& x, const auto& y) { return x[0] > y[0]; });
+    std::vector<int32_t> out;
+    for (const auto& e : t) out.insert(out.end(), {static_cast<int32_t>(e[1]), static_cast<int32_t>(e[2]), static_cast<int32_t>(e[3])});
+    return out;
+}
 
 // Calls f(std::integral_constant<int, NS>) for the tensor-core passes' sequence bucket NS >= n (the workbenches':
 // 8, 16, 32, 64).
