@@ -10,6 +10,7 @@
 //   ./weight_pass_multi [n_seq ...]        (default: 2 4 8 13 16 32 64)
 // The mma pass runs in the default precision (3xTF32) and in the opt-in TF32 and BF16 modes.
 #include "../../native/src/mma_pass.cuh"
+#include "../../native/src/w0_span_pass.cuh"
 #include "step_state.h"
 
 using namespace pvm;
@@ -40,7 +41,7 @@ void launch(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
 
 // D entries per lane per chunk: 4, or 8 up to 4 sequences (8 and 16 would need over 48 KB of staging).
 template <int D>
-void launch_multi(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, int64_t n) {
+void launch_multi(const StepArgs& a, const int32_t* blocks, const int32_t*, int64_t n_blocks, int64_t n) {
     if (n <= 2) launch<2, D>(a, blocks, n_blocks);
     else if (n <= 4 || D != 4) launch<4, D>(a, blocks, n_blocks);
     else if constexpr (D == 4) {
@@ -72,8 +73,35 @@ int64_t mma_slots(int64_t n) {
 
 // W0 pitched (RowW0) or in column tiles (RowW0Tiled: the engine's layout for this pass).
 template <Precision P = Precision::kFp32, class Row = RowW0Tiled>
-void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, int64_t n_blocks, int64_t n) {
+void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, const int32_t*, int64_t n_blocks, int64_t n) {
     by_mma_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value, P, Row>(a, blocks, n_blocks); });
+}
+
+// w0_span_pass (sm_90: the engine's pass of 5-16 sequences) with S stages, A chunks in flight, on span_list's blocks.
+template <int NS, int S, int A>
+void launch_span(const StepArgs& a, const int32_t* segments, const int32_t* first, int64_t n_blocks) {
+    constexpr size_t bytes = span_shared_bytes<NS, S>();
+    CHECK(cudaFuncSetAttribute(w0_span_pass<NS, Precision::kFp32, S, A>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    w0_span_pass<NS, Precision::kFp32, S, A><<<static_cast<unsigned>(n_blocks), kSpanThreads, bytes>>>(
+        a, reinterpret_cast<const SpanSegment*>(segments), first);
+}
+template <int S, int A>
+void launch_span_bucket(const StepArgs& a, const int32_t* segments, const int32_t* first, int64_t n_blocks, int64_t n) {
+    if (n <= 8) launch_span<8, S, A>(a, segments, first, n_blocks);
+    else launch_span<16, S, A>(a, segments, first, n_blocks);
+}
+// Its blocks: as many as are resident at once.
+template <int S, int A>
+int64_t span_blocks(int64_t n) {
+    int per_sm = 0, sms = 0;
+    const auto query = [&](auto kernel, size_t bytes) {
+        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSpanThreads, bytes));
+    };
+    if (n <= 8) query(w0_span_pass<8, Precision::kFp32, S, A>, span_shared_bytes<8, S>());
+    else query(w0_span_pass<16, Precision::kFp32, S, A>, span_shared_bytes<16, S>());
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    return int64_t{per_sm} * sms;
 }
 
 // One kernel version: its name, rows per block (0: weight_pass_mma's blocks, mma_blocks with `split`:
@@ -81,10 +109,12 @@ void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, int64_t n_block
 struct Version {
     const char* name;
     int64_t rows_per_block;
-    void (*launch)(const StepArgs&, const int32_t*, int64_t, int64_t);
+    void (*launch)(const StepArgs&, const int32_t*, const int32_t*, int64_t, int64_t);
     double tol;  // relative error allowed against the double reference
     bool split = false;
     bool tiled = false;  // W0 in column tiles (else pitched rows)
+    int64_t (*spans)(int64_t) = nullptr;  // w0_span_pass: its block count for n sequences (span_list's blocks)
+    bool sources = false;  // x as rows of the step's sources with an index (the engine's from 5 sequences)
 };
 
 bool check_and_time(const Layout& pitched, const Layout& tiled, int64_t n, double copy_bw, const Version& ver) {
@@ -93,6 +123,11 @@ bool check_and_time(const Layout& pitched, const Layout& tiled, int64_t n, doubl
     const int cur = static_cast<int>(step % kRing), old = static_cast<int>((step - 2) % kRing);
     State S(L, n);
     std::fill(S.h.begin(), S.h.end(), -7.0f);  // h(s) is written, the rest must stay as poisoned
+    if (ver.sources)  // the materialised x the reference reads, from the sources through the index
+        for (int64_t slot = 0; slot < kRing; ++slot)
+            for (int64_t q = 0; q < n; ++q)
+                for (int64_t e = 0; e < L.x_total; ++e)
+                    S.x[(slot * n + q) * L.x_total + e] = S.xs[(slot * n + q) * L.x_stride + L.x_index[e]];
     const std::vector<float>&w = S.w, &v = S.v, &x = S.x, &h = S.h, &ldh = S.ldh, &lr = S.lr, &mu = S.mu;
 
     // CPU reference in double.
@@ -124,10 +159,19 @@ bool check_and_time(const Layout& pitched, const Layout& tiled, int64_t n, doubl
     }
 
     DeviceScope dev;
-    StepArgs a = upload(dev, L, S, n, step);
-    std::vector<int32_t> host_blocks;
+    StepArgs a = upload(dev, L, S, n, step, ver.sources);
+    std::vector<int32_t> host_blocks, host_first{0};
+    const int64_t* spans = nullptr;  // w0_span_pass's segments
     int64_t n_blocks = 0;
-    if (ver.rows_per_block > 0) {
+    if (ver.spans) {
+        const SpanList sl = span_list(ver.spans(n), kHidden, L.x_off, L.h_off, L.w0_off);
+        const std::vector<int64_t> words = span_words(sl.segments);
+        spans = dev.put(words);
+        host_first = sl.first;
+        n_blocks = static_cast<int64_t>(sl.first.size()) - 1;
+        a.mma_partial = dev.put(std::vector<float>(sl.most_parts * n * kUnits * kHidden, 0.0f));
+        a.mma_count = dev.put(std::vector<int32_t>(sl.runs, 0));
+    } else if (ver.rows_per_block > 0) {
         host_blocks = row_blocks(ver.rows_per_block);
         n_blocks = static_cast<int64_t>(host_blocks.size() / 3);
     } else {
@@ -138,8 +182,9 @@ bool check_and_time(const Layout& pitched, const Layout& tiled, int64_t n, doubl
         a.mma_partial = dev.put(std::vector<float>(mb.most_parts * n * kUnits * kHidden, 0.0f));
         a.mma_count = dev.put(std::vector<int32_t>(mb.groups, 0));
     }
-    const int32_t* blocks = dev.put(host_blocks);
-    ver.launch(a, blocks, n_blocks, n);
+    const int32_t* blocks = spans ? reinterpret_cast<const int32_t*>(spans) : dev.put(host_blocks);
+    const int32_t* first = dev.put(host_first);
+    ver.launch(a, blocks, first, n_blocks, n);
     CHECK_LAUNCH();
     CHECK(cudaDeviceSynchronize());
     const auto h_got = to_host(a.h, h.size()), w_got = to_host(a.weights, L.n_w0), v_got = to_host(a.velocity, L.n_w0);
@@ -156,7 +201,7 @@ bool check_and_time(const Layout& pitched, const Layout& tiled, int64_t n, doubl
     std::printf("  %-28s %s\n", "nothing else written", untouched ? "ok" : "FAIL");
     ok &= untouched;
 
-    const double us = time_us([&] { ver.launch(a, blocks, n_blocks, n); }, 5, 50, flush_l2);  // W, V keep changing: fine for timing
+    const double us = time_us([&] { ver.launch(a, blocks, first, n_blocks, n); }, 5, 50, flush_l2);  // W, V keep changing: fine for timing
     const double bytes = 16.0 * L.n_w0;
     std::printf("  %.1f us, weight traffic %.2f TB/s = %.0f%% of copy; %.1f us per sequence\n", us, bytes / us * 1e-6,
                 100.0 * bytes / (us * 1e-6) / copy_bw, us / n);
@@ -181,7 +226,14 @@ int main(int argc, char** argv) {
         // The opt-in precision modes (issue 12 item 3): their errors against the double reference are the point;
         // the tolerances only catch a broken fragment layout (TF32 keeps 10 mantissa bits, BF16 7).
         mma_tf32{"weight_pass_mma, TF32 (one product)", 0, launch_mma_bucket<Precision::kTf32>, 2e-3, true, true},
-        mma_bf16{"weight_pass_mma, BF16 operands", 0, launch_mma_bucket<Precision::kBf16>, 2e-2, true, true};
+        mma_bf16{"weight_pass_mma, BF16 operands", 0, launch_mma_bucket<Precision::kBf16>, 2e-2, true, true},
+        span43{"w0_span_pass, 4 stages, 3 ahead (engine, 5-16)", 0, launch_span_bucket<4, 3>, 2e-6, false, true, span_blocks<4, 3>},
+        span42{"w0_span_pass, 4 stages, 2 ahead", 0, launch_span_bucket<4, 2>, 2e-6, false, true, span_blocks<4, 2>},
+        span54{"w0_span_pass, 5 stages, 4 ahead", 0, launch_span_bucket<5, 4>, 2e-6, false, true, span_blocks<5, 4>},
+        // The same two on x as rows of sources (the engine's x from 5 sequences).
+        mma_src{"weight_pass_mma, W0 tiled, split, x from sources (engine)", 0, launch_mma_bucket, 2e-6, true, true, nullptr, true},
+        span_src{"w0_span_pass, 4 stages, 3 ahead, x from sources (engine)", 0, launch_span_bucket<4, 3>, 2e-6, false, true,
+                 span_blocks<4, 3>, true};
     for (int64_t n : seqs) {
         if (n <= 16) ok &= check_and_time(L, tiled, n, copy_bw, multi);
         if (n <= 4) ok &= check_and_time(L, tiled, n, copy_bw, multi8);
@@ -190,6 +242,13 @@ int main(int argc, char** argv) {
         ok &= check_and_time(L, tiled, n, copy_bw, mma_unit);
         ok &= check_and_time(L, tiled, n, copy_bw, mma_tf32);
         ok &= check_and_time(L, tiled, n, copy_bw, mma_bf16);
+        if (n >= 5 && n <= kSpanMaxSeqs) {
+            ok &= check_and_time(L, tiled, n, copy_bw, span43);
+            ok &= check_and_time(L, tiled, n, copy_bw, span42);
+            ok &= check_and_time(L, tiled, n, copy_bw, span54);
+            ok &= check_and_time(L, tiled, n, copy_bw, mma_src);
+            ok &= check_and_time(L, tiled, n, copy_bw, span_src);
+        }
     }
     std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
     return ok ? 0 : 1;

@@ -17,6 +17,7 @@
 #include "short_rows_pass.cuh"
 #include "step_kernels.cuh"
 #include "unit_products.cuh"
+#include "w0_span_pass.cuh"
 #include "wgmma_product.cuh"
 
 namespace pvm {
@@ -239,6 +240,29 @@ int short_pass_slots(int64_t n, int device) {
     return per_sm * sms;
 }
 
+// w0_span_pass's bucket of n sequences (n <= kSpanMaxSeqs): f(std::integral_constant<int, NS>).
+template <class F>
+void by_span_bucket(int64_t n, F&& f) {
+    static_assert(kernels::kSpanMaxSeqs == 16, "the buckets end at 16");
+    if (n <= 8) return f(std::integral_constant<int, 8>{});
+    return f(std::integral_constant<int, 16>{});
+}
+
+// Lets w0_span_pass have its shared memory; returns how many of its blocks are resident at once on the device.
+template <Precision P>
+int64_t span_pass_blocks(int64_t n, int device) {
+    int per_sm = 0, sms = 0;
+    by_span_bucket(n, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        const auto kernel = kernels::w0_span_pass<NS, P>;
+        const int bytes = static_cast<int>(kernels::span_shared_bytes<NS>());
+        PVM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::kSpanThreads, bytes));
+    });
+    PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return int64_t{std::max(per_sm, 1)} * sms;
+}
+
 template <class Row, Precision P>
 void launch_mma(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     by_mma_bucket(n, [&](auto bucket) {
@@ -365,7 +389,23 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     baseline_src_ = DeviceBuffer<int64_t>(placed(t.baseline_src, x_index_host_));
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
-    if (mma) {
+    // W0's pass on tensor cores: from 5 to kSpanMaxSeqs sequences on sm_90, where its runs fill about one wave of
+    // resident blocks (kernels::spans_pay), in equal spans of those blocks (w0_span_pass; PVM_CUDA_SPANS=0 keeps
+    // weight_pass_mma, for comparisons); else weight_pass_mma's blocks.
+    const char* spans = std::getenv("PVM_CUDA_SPANS");
+    int64_t span_blocks = 0;
+    if (mma && n <= kernels::kSpanMaxSeqs && prop.major >= 9 && !(spans != nullptr && std::strcmp(spans, "0") == 0))
+        by_precision(cfg_.precision, [&](auto prec) { span_blocks = span_pass_blocks<decltype(prec)::value>(n, device_); });
+    const int64_t w0_runs = t.n_units * ((t.hidden + kernels::kMmaRows - 1) / kernels::kMmaRows);
+    if (span_blocks > 0 && kernels::spans_pay(w0_runs, span_blocks)) {
+        // (W1's pass may run on weight_pass_mma: where its rows are long)
+        by_precision(cfg_.precision, [&](auto prec) { allow_mma_shared<kernels::RowW1, decltype(prec)::value>(n); });
+        const kernels::SpanList w0 = kernels::span_list(span_blocks, t.hidden, t.x_off, t.h_off, w0_device);
+        w0_spans_ = DeviceBuffer<int64_t>(kernels::span_words(w0.segments));
+        w0_span_first_ = DeviceBuffer<int32_t>(w0.first);
+        mma_partial_ = DeviceBuffer<float>(w0.most_parts > 1 ? w0.most_parts * n * t.n_units * t.hidden : 1);
+        mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(w0.runs, 0));
+    } else if (mma) {
         int64_t w0_slots = 0;
         by_precision(cfg_.precision, [&](auto prec) {
             constexpr Precision P = decltype(prec)::value;
@@ -542,7 +582,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     if (a.n_seq <= kMmaW1MaxSeqs) {
         enqueue_mma_passes<P>(a, launch, mark);
     } else if (a.n_seq <= kMmaMaxSeqs) {
-        launch_mma<RowW0Tiled, P>(a.n_seq, w0_rows_, a, launch);
+        launch_w0_pass<P>(a, launch);
         mark("w0 forward+update");
         launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
         mark("w1 forward");
@@ -586,11 +626,24 @@ void CudaEngine::launch_hidden_deltas(const kernels::StepArgs& a, const kernels:
 // sequences, 48.4 against 60.7 at 32 (dev/cuda/w1_pass.cu; benchmarks/NOTES.md).
 template <Precision P, class Mark>
 void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
-    launch_mma<kernels::RowW0Tiled, P>(a.n_seq, w0_rows_, a, launch);
+    launch_w0_pass<P>(a, launch);
     mark("w0 forward+update");
     if (w1_short_blocks_ > 0) launch_short_w1(a, launch);
     else launch_mma<kernels::RowW1, P>(a.n_seq, w1_rows_, a, launch);
     mark("w1 forward+update");
+}
+
+// W0's pass on tensor cores (5 to kMmaMaxSeqs sequences): w0_span_pass's spans where the engine listed them, else
+// weight_pass_mma's blocks.
+template <Precision P>
+void CudaEngine::launch_w0_pass(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
+    if (w0_span_first_.size() == 0) return launch_mma<kernels::RowW0Tiled, P>(a.n_seq, w0_rows_, a, launch);
+    const auto* segments = reinterpret_cast<const kernels::SpanSegment*>(w0_spans_.data());
+    by_span_bucket(a.n_seq, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        PVM_CUDA_CHECK(launch(kernels::w0_span_pass<NS, P>, static_cast<unsigned>(w0_span_first_.size() - 1), kernels::kSpanThreads,
+                              kernels::span_shared_bytes<NS>(), a, segments, w0_span_first_.data()));
+    });
 }
 
 // In short_pass_precision's precision.

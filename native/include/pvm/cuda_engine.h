@@ -64,6 +64,9 @@ private:
     template <Precision P, class Mark>
     void enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
     void launch_short_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
+    // W0's pass on tensor cores (5 to 64 sequences), in precision P.
+    template <Precision P>
+    void launch_w0_pass(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     // The hidden deltas from kHiddenProductSeqs sequences (hidden_deltas_split or the product), in precision P.
     template <Precision P>
     void launch_hidden_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
@@ -104,8 +107,10 @@ private:
     // Tiles of the many-sequence products (unit_products.cuh): (unit, first m, first n), longest sums first.
     DeviceBuffer<int32_t> w0_forward_, w1_forward_, hidden_deltas_, w0_update_, w1_update_;
     // Blocks of the fused row passes for 2..64 sequences (weight_pass_multi below kMmaMinSeqs, then
-    // weight_pass_mma): (unit, first row, end row).
-    DeviceBuffer<int32_t> w0_rows_, w1_rows_;
+    // weight_pass_mma): (unit, first row, end row). W0's pass on w0_span_pass instead: its segments
+    // (kernels::SpanSegment, 8 words each), and per block its first (w0_span_first_, empty where weight_pass_mma runs).
+    DeviceBuffer<int32_t> w0_rows_, w1_rows_, w0_span_first_;
+    DeviceBuffer<int64_t> w0_spans_;
     // W1's pass on weight_pass_short (short_rows_pass.cuh) where its rows are short, 2 to kMmaW1MaxSeqs sequences:
     // the tiles' records, and the resident blocks that walk them (0: weight_pass_multi's or weight_pass_mma's pass).
     DeviceBuffer<int64_t> w1_tiles_;
