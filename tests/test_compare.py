@@ -47,11 +47,17 @@ def test_compare_json_sorts_and_shows_differing_params(store, tmp_path):
     assert png.exists() and png.stat().st_size > 5000 and png.read_bytes()[:4] == b"\x89PNG"
     out = run("compare", "cmp", "--mlflow", store, "--metric", "frames_per_s", "--json")
     assert [r["name"] for r in json.loads(out.stdout)["runs"]] == ["c", "b", "a"]  # rates: higher is better
+    # where the MLflow UI shows them: the experiment's runs and each run's charts, in the model-training view
+    eid = mlflow.MlflowClient(tracking_uri=store).get_experiment_by_name("cmp").experiment_id
+    assert js["mlflow_page"] == f"http://127.0.0.1:5000/#/experiments/{eid}/runs?workflowType=machine_learning"
+    b = js["runs"][0]
+    assert b["mlflow_page"] == f"http://127.0.0.1:5000/#/experiments/{eid}/runs/{b['run_id']}/model-metrics?workflowType=machine_learning"
 
 
 def test_compare_table_and_errors(store):
     out = run("compare", "cmp", "--mlflow", store)
     assert out.returncode == 0 and "lr" in out.stdout and "0.02" in out.stdout
+    assert "runs   http://127.0.0.1:5000/#/experiments/" in out.stdout and f"(after mlflow ui --backend-store-uri {store})" in out.stdout
     out = run("compare", "nope", "--mlflow", store)
     assert out.returncode == 2 and "no experiment named 'nope'" in out.stderr and "cmp" in out.stderr
     out = run("compare", "cmp", "--mlflow", store, "--metric", "iou")

@@ -191,8 +191,14 @@ def test_eval_reports_error_baseline_and_readout(env, tmp_path):
     assert 0.0 <= m["readout_iou"] <= 1.0
     (mlrun,) = runs_of(env["PVM_MLFLOW_URI"])
     assert "eval_ratio_two_step" in mlrun.data.metrics and mlrun.info.status == "FINISHED"
+    # the logged run's charts in the UI's model-training view, the same address train printed
+    assert result["mlflow_page"] == (f"http://127.0.0.1:5000/#/experiments/{mlrun.info.experiment_id}/runs/"
+                                     f"{mlrun.info.run_id}/model-metrics?workflowType=machine_learning")
     text = run(env, "eval", ck, "--steps", "10", "--data", "synthetic:bar")
     assert text.returncode == 0 and "ratio_two_step" in text.stdout and "readout" not in text.stdout
+    assert "charts" not in text.stdout  # (nothing logged, no address)
+    logged = run(env, "eval", ck, "--steps", "10", "--log")
+    assert logged.returncode == 0 and f"charts {result['mlflow_page']} (after mlflow ui --backend-store-uri" in logged.stdout
 
 
 # The recipe the README shows: 16 scenes, a constant PVM rate until step 5,000 (tiny's own schedule

@@ -653,6 +653,7 @@ def _print_comparison(result: dict, runs: list[dict]) -> None:
             value = "–" if g["metric_mean"] is None else f"{g['metric_mean']:.4g} ± {g['metric_std']:.2g}"
             table.add_row(*[str(g["params"].get(k, "–")) for k in cols], str(g["runs"]), value)
         con.print(table)
+        _print_runs_page(result)
         return
     table = Table(title=f"{result['experiment']}: {len(result['runs'])} runs, by {result['metric']} ({direction}; "
                         "runs that went the whole way first)")
@@ -669,6 +670,15 @@ def _print_comparison(result: dict, runs: list[dict]) -> None:
         con.print("(every run has the same parameters)")
     if "plot" in result:
         con.print(f"learning curves: {result['plot']}")
+    _print_runs_page(result)
+
+
+def _print_runs_page(result: dict) -> None:
+    """Where the MLflow UI shows the experiment's runs (each run's charts: ``--json``'s ``mlflow_page``)."""
+    from pvm_dist.tracking.defaults import ui_command
+
+    command = ui_command(result["mlflow_uri"])
+    typer.echo(f"runs   {result['mlflow_page']}" + (f" (after {command})" if command else ""))
 
 
 def _print_importance(imp: dict, metric: str) -> None:
@@ -718,10 +728,15 @@ def evaluate_checkpoint(
             raise UserError(f"{checkpoint_file} records no MLflow run to log to")
         from pvm_dist.tracking.tracker import Tracker
 
+        from pvm_dist.tracking.defaults import run_page
+
         tracker = Tracker.start(result["mlflow_uri"], experiment="", run_id=result["mlflow_run_id"],
                                 fallback_dir=Path(checkpoint_file).resolve().parent / "tracking-fallback")
         tracker.log_metrics({f"eval_{k}": v for k, v in result["metrics"].items()}, step=result["trained_steps"])
+        experiment_id = tracker.experiment_id
         tracker.close("FINISHED")
+        # (where the UI charts the run, eval_* beside its training curves)
+        result["mlflow_page"] = run_page(result["mlflow_uri"], experiment_id, result["mlflow_run_id"]) if experiment_id else None
     if as_json:
         _print_json(result)
         return
@@ -735,6 +750,11 @@ def evaluate_checkpoint(
     for key, value in result["metrics"].items():
         typer.echo(f"  {key:<32} {value:.5g}")
     typer.echo(verdict(result["metrics"]))
+    if result.get("mlflow_page"):
+        from pvm_dist.tracking.defaults import ui_command
+
+        command = ui_command(result["mlflow_uri"])
+        typer.echo(f"charts {result['mlflow_page']}" + (f" (after {command})" if command else ""))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pvm_dist.tracking.defaults import experiment_page, run_page
 from pvm_dist.tracking.figures import pyplot, save_figure
 
 #: Metrics where a larger value is better; every other metric sorts ascending (errors, ratios).
@@ -184,15 +185,20 @@ def comparison(uri: str, experiment: str, metric: str = DEFAULT_METRIC, descendi
     varying = differing_params(rows)
     ordered = sort_rows(rows, metric, descending)
     client = _client(uri)
+    experiment_id = client.get_experiment_by_name(experiment).experiment_id
     runs = []
     for r in ordered:
         step = last_step(client, r.run_id, metric)
         params = {k: r.params.get(k) for k in varying}
         runs.append({"run_id": r.run_id, "name": r.name, "status": r.status, "ended": ended(r, step), "step": step,
                      "params": params, "label": label(params) or r.name, "metric": r.metrics.get(metric),
-                     "frames_per_s": r.metrics.get(SPEED_METRIC), "metrics": r.metrics})
+                     "frames_per_s": r.metrics.get(SPEED_METRIC), "metrics": r.metrics,
+                     "mlflow_page": run_page(uri, experiment_id, r.run_id)})
     return {
         "experiment": experiment,
+        "mlflow_uri": uri,
+        "experiment_id": experiment_id,
+        "mlflow_page": experiment_page(uri, experiment_id),
         "metric": metric,
         "descending": higher_is_better(metric) if descending is None else descending,
         "differing_params": varying,
