@@ -213,10 +213,11 @@ void by_short_bucket(int64_t n, F&& f) {
     return f(std::integral_constant<int, 32>{});
 }
 
-// The same for hidden_deltas_split's bucket (n <= kSplitMaxSeqs).
+// The same for the kernels of up to 16 sequences, hidden_deltas_split (n <= kSplitMaxSeqs) and w0_span_pass
+// (n <= kSpanMaxSeqs): the bucket of 8 or 16.
 template <class F>
-void by_split_bucket(int64_t n, F&& f) {
-    static_assert(kSplitMaxSeqs == 16, "the buckets end at 16");
+void by_bucket_of_16(int64_t n, F&& f) {
+    static_assert(kSplitMaxSeqs == 16 && kernels::kSpanMaxSeqs == 16, "the buckets end at 16");
     if (n <= 8) return f(std::integral_constant<int, 8>{});
     return f(std::integral_constant<int, 16>{});
 }
@@ -240,19 +241,11 @@ int short_pass_slots(int64_t n, int device) {
     return per_sm * sms;
 }
 
-// w0_span_pass's bucket of n sequences (n <= kSpanMaxSeqs): f(std::integral_constant<int, NS>).
-template <class F>
-void by_span_bucket(int64_t n, F&& f) {
-    static_assert(kernels::kSpanMaxSeqs == 16, "the buckets end at 16");
-    if (n <= 8) return f(std::integral_constant<int, 8>{});
-    return f(std::integral_constant<int, 16>{});
-}
-
 // Lets w0_span_pass have its shared memory; returns how many of its blocks are resident at once on the device.
 template <Precision P>
 int64_t span_pass_blocks(int64_t n, int device) {
     int per_sm = 0, sms = 0;
-    by_span_bucket(n, [&](auto bucket) {
+    by_bucket_of_16(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         const auto kernel = kernels::w0_span_pass<NS, P>;
         const int bytes = static_cast<int>(kernels::span_shared_bytes<NS>());
@@ -452,7 +445,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
                            t.hidden <= kernels::kSplitRows;
     if (split_hidden_deltas_) {
         by_precision(cfg_.precision, [&](auto prec) {
-            by_split_bucket(n, [&](auto bucket) {
+            by_bucket_of_16(n, [&](auto bucket) {
                 constexpr int NS = decltype(bucket)::value;
                 PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::hidden_deltas_split<NS, decltype(prec)::value>,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -609,7 +602,7 @@ template <Precision P>
 void CudaEngine::launch_hidden_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     using namespace kernels;
     if (split_hidden_deltas_) {
-        by_split_bucket(a.n_seq, [&](auto bucket) {
+        by_bucket_of_16(a.n_seq, [&](auto bucket) {
             constexpr int NS = decltype(bucket)::value;
             PVM_CUDA_CHECK(
                 launch(hidden_deltas_split<NS, P>, static_cast<unsigned>(a.n_units), kSplitThreads, split_shared_bytes<NS>(), a));
@@ -639,7 +632,7 @@ template <Precision P>
 void CudaEngine::launch_w0_pass(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     if (w0_span_first_.size() == 0) return launch_mma<kernels::RowW0Tiled, P>(a.n_seq, w0_rows_, a, launch);
     const auto* segments = reinterpret_cast<const kernels::SpanSegment*>(w0_spans_.data());
-    by_span_bucket(a.n_seq, [&](auto bucket) {
+    by_bucket_of_16(a.n_seq, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         PVM_CUDA_CHECK(launch(kernels::w0_span_pass<NS, P>, static_cast<unsigned>(w0_span_first_.size() - 1), kernels::kSpanThreads,
                               kernels::span_shared_bytes<NS>(), a, segments, w0_span_first_.data()));
