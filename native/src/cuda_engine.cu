@@ -564,13 +564,12 @@ void launch_product_on(bool wgmma, const kernels::StepArgs& a, const DeviceBuffe
 template <Precision P, class Mark>
 void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
     using namespace kernels;
-    launch_output_deltas(a, launch);
     // wgmma (sm_90a, default precision) where the workbench measured it ahead (benchmarks/NOTES.md); same
     // tile lists. (The hidden deltas' product, where it runs, takes 32-column tiles on either up to 32 sequences: a
     // tile list of its own.)
     static_assert(HiddenDeltas::WgmmaTiles::kCols == HiddenDeltas::MmaTiles::kCols &&
                       W1Update::WgmmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
-    launch_hidden_deltas<P>(a, launch);
+    launch_deltas<P>(a, launch);
     mark("deltas");
     if (a.n_seq <= kMmaW1MaxSeqs) {
         enqueue_mma_passes<P>(a, launch, mark);
@@ -599,9 +598,14 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
 }
 
 template <Precision P>
-void CudaEngine::launch_hidden_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
+void CudaEngine::launch_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     using namespace kernels;
-    if (split_hidden_deltas_) {
+    launch_output_deltas(a, launch);
+    if (a.n_seq < kHiddenProductSeqs) {
+        by_bucket(a.n_seq, [&](auto bucket) {
+            PVM_CUDA_CHECK(launch(hidden_deltas<decltype(bucket)::value>, static_cast<unsigned>(a.n_units), kThreads, 0, a));
+        });
+    } else if (split_hidden_deltas_) {
         by_bucket_of_16(a.n_seq, [&](auto bucket) {
             constexpr int NS = decltype(bucket)::value;
             PVM_CUDA_CHECK(
@@ -730,14 +734,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     if (n >= kProductSeqs) {
         by_precision(cfg_.precision, [&](auto prec) { enqueue_products<decltype(prec)::value>(a, launch, mark); });
     } else {
-        launch_output_deltas(a, launch);
-        if (n >= kHiddenProductSeqs) {
-            by_precision(cfg_.precision, [&](auto prec) { launch_hidden_deltas<decltype(prec)::value>(a, launch); });
-        } else {
-            by_bucket(n, [&](auto bucket) {
-                PVM_CUDA_CHECK(launch(hidden_deltas<decltype(bucket)::value>, static_cast<unsigned>(t.n_units), T, 0, a));
-            });
-        }
+        by_precision(cfg_.precision, [&](auto prec) { launch_deltas<decltype(prec)::value>(a, launch); });
         mark("deltas");
         const bool long_w1_rows = !t.raw_context_dst.empty();  // feed-context mode: rows of H+1+H|ctx|
         if (n >= kMmaMinSeqs) {

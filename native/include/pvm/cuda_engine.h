@@ -67,9 +67,10 @@ private:
     // W0's pass on tensor cores (5 to 64 sequences), in precision P.
     template <Precision P>
     void launch_w0_pass(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
-    // The hidden deltas from kHiddenProductSeqs sequences (hidden_deltas_split or the product), in precision P.
+    // A step's deltas: the output deltas, then the hidden deltas (hidden_deltas<NS> below kHiddenProductSeqs sequences,
+    // then hidden_deltas_split or the product, in precision P).
     template <Precision P>
-    void launch_hidden_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
+    void launch_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     template <class Pixel>
     Pixel* upload_frames(const Pixel* frames);
     DeviceBuffer<float>& buffer(const std::string& name);
