@@ -288,15 +288,22 @@ void allow_mma_product_shared() {
                                         static_cast<int>(kernels::product_shared_bytes<Shape>())));
 }
 
+// The same for Product's mma.sync shape Mma in precision P and, where the engine runs wgmma (wgmma: the default
+// precision only, as launch_product_on picks), its wgmma shape Wgmma.
+template <class Product, class Wgmma, class Mma, Precision P>
+void allow_product_shared_on(bool wgmma) {
+    allow_mma_product_shared<Product, kernels::WithPrecision<Mma, P>>();
+    if constexpr (P == Precision::kFp32)
+        if (wgmma) allow_mma_product_shared<Product, Wgmma>();
+}
+
 // The same for every product a step of n sequences launches in precision P (wgmma: the engine's wgmma_).
 template <Precision P>
 void allow_products_shared(int64_t n, bool wgmma) {
     using namespace kernels;
     if (n >= kHiddenProductSeqs) {
-        allow_mma_product_shared<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTiles, P>>();
+        allow_product_shared_on<HiddenDeltas, HiddenDeltas::WgmmaTiles, HiddenDeltas::MmaTiles, P>(wgmma);
         allow_mma_product_shared<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, P>>();
-        if constexpr (P == Precision::kFp32)
-            if (wgmma) allow_mma_product_shared<HiddenDeltas, HiddenDeltas::WgmmaTiles>();
     }
     if (n >= kProductSeqs && n > kMmaMaxSeqs) {
         allow_mma_product_shared<W0Forward, WithPrecision<W0Forward::MmaTiles, P>>();
@@ -305,9 +312,7 @@ void allow_products_shared(int64_t n, bool wgmma) {
     }
     if (n >= kProductSeqs && n > kMmaW1MaxSeqs) {
         allow_mma_product_shared<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>();
-        allow_mma_product_shared<W1Update, WithPrecision<W1Update::MmaTiles, P>>();
-        if constexpr (P == Precision::kFp32)
-            if (wgmma) allow_mma_product_shared<W1Update, W1Update::WgmmaTilesFew>();
+        allow_product_shared_on<W1Update, W1Update::WgmmaTilesFew, W1Update::MmaTiles, P>(wgmma);
     }
 }
 
