@@ -675,10 +675,9 @@ def _print_comparison(result: dict, runs: list[dict]) -> None:
 
 def _print_runs_page(result: dict) -> None:
     """Where the MLflow UI shows the experiment's runs (each run's charts: ``--json``'s ``mlflow_page``)."""
-    from pvm_dist.tracking.defaults import ui_command
+    from pvm_dist.tracking.defaults import page_line
 
-    command = ui_command(result["mlflow_uri"])
-    typer.echo(f"runs   {result['mlflow_page']}" + (f" (after {command})" if command else ""))
+    typer.echo(f"runs   {page_line(result['mlflow_uri'], result['mlflow_page'])}")
 
 
 def _print_importance(imp: dict, metric: str) -> None:
@@ -726,9 +725,8 @@ def evaluate_checkpoint(
     if log:
         if not result["mlflow_run_id"]:
             raise UserError(f"{checkpoint_file} records no MLflow run to log to")
-        from pvm_dist.tracking.tracker import Tracker
-
         from pvm_dist.tracking.defaults import run_page
+        from pvm_dist.tracking.tracker import Tracker
 
         tracker = Tracker.start(result["mlflow_uri"], experiment="", run_id=result["mlflow_run_id"],
                                 fallback_dir=Path(checkpoint_file).resolve().parent / "tracking-fallback")
@@ -751,10 +749,9 @@ def evaluate_checkpoint(
         typer.echo(f"  {key:<32} {value:.5g}")
     typer.echo(verdict(result["metrics"]))
     if result.get("mlflow_page"):
-        from pvm_dist.tracking.defaults import ui_command
+        from pvm_dist.tracking.defaults import page_line
 
-        command = ui_command(result["mlflow_uri"])
-        typer.echo(f"charts {result['mlflow_page']}" + (f" (after {command})" if command else ""))
+        typer.echo(f"charts {page_line(result['mlflow_uri'], result['mlflow_page'])}")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -297,7 +297,7 @@ def _finish(outcome: Any, as_json: bool, root: Path) -> None:
                    + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
                    + f"; {outcome.seconds:.1f} s, {outcome.frames_per_s:,.0f} frames/s aggregate"
                    + (f"; warm trial start {outcome.warm_start_s * 1e3:.0f} ms" if outcome.warm_start_s else ""))
-        from pvm_dist.tracking.defaults import experiment_page, run_page, ui_command
+        from pvm_dist.tracking.defaults import experiment_page, page_line, run_page
 
         eid = outcome.experiment_id
         if outcome.best:
@@ -309,8 +309,7 @@ def _finish(outcome: Any, as_json: bool, root: Path) -> None:
                 typer.echo(f"  charts {run_page(outcome.mlflow_uri, eid, b['run_id'])}")
         typer.echo(f"parent run {outcome.parent_run_id} in experiment '{outcome.experiment}' at {outcome.mlflow_uri}")
         if eid:
-            command = ui_command(outcome.mlflow_uri)
-            typer.echo(f"  runs   {experiment_page(outcome.mlflow_uri, eid)}" + (f" (after {command})" if command else ""))
+            typer.echo(f"  runs   {page_line(outcome.mlflow_uri, experiment_page(outcome.mlflow_uri, eid))}")
         typer.echo(f"compare: pvm-dist compare '{outcome.experiment}' --mlflow {outcome.mlflow_uri}")
         typer.echo(f"journal and checkpoints: {outcome.folder}")
         for t in failed:

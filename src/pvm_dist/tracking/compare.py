@@ -78,8 +78,8 @@ def _client(uri: str) -> Any:
     return mlflow.MlflowClient(tracking_uri=uri)
 
 
-def load_runs(uri: str, experiment: str, include_nested: bool = True) -> list[RunRow]:
-    """Every run of ``experiment`` (name) in the store at ``uri``."""
+def load_runs(uri: str, experiment: str, include_nested: bool = True) -> tuple[str, list[RunRow]]:
+    """The id of ``experiment`` (name) in the store at ``uri``, and every run of it."""
     client = _client(uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
@@ -95,7 +95,7 @@ def load_runs(uri: str, experiment: str, include_nested: bool = True) -> list[Ru
             continue
         rows.append(RunRow(run.info.run_id, run.info.run_name or run.info.run_id[:8], run.info.status,
                            dict(run.data.params), dict(run.data.metrics), run.info.start_time, dict(tags)))
-    return rows
+    return exp.experiment_id, rows
 
 
 #: Param prefixes that repeat one value under several names (a sweep trial logs ``varied.lr``,
@@ -178,14 +178,13 @@ def group_by(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 def comparison(uri: str, experiment: str, metric: str = DEFAULT_METRIC, descending: bool | None = None) -> dict[str, Any]:
     """Everything ``pvm-dist compare`` shows, as JSON-able data."""
-    rows = load_runs(uri, experiment)
+    experiment_id, rows = load_runs(uri, experiment)
     if rows and not any(metric in r.metrics for r in rows):
         known = sorted({m for r in rows for m in r.metrics})
         raise CompareError(f"no run of {experiment!r} has metric {metric!r} (metrics: {', '.join(known) or 'none'})")
     varying = differing_params(rows)
     ordered = sort_rows(rows, metric, descending)
     client = _client(uri)
-    experiment_id = client.get_experiment_by_name(experiment).experiment_id
     runs = []
     for r in ordered:
         step = last_step(client, r.run_id, metric)

@@ -48,6 +48,12 @@ def run_page(uri: str, experiment_id: str, run_id: str) -> str:
     return experiment_page(uri, experiment_id).replace("/runs?", f"/runs/{run_id}/model-metrics?")
 
 
+def page_line(uri: str, page: str) -> str:
+    """``page``, and the command that serves it where a local ``mlflow ui`` must (:func:`ui_command`)."""
+    command = ui_command(uri)
+    return page + (f" (after {command})" if command else "")
+
+
 def run_tags(backend: str | None = None, device_name: str | None = None,
              extra: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The standard tags of a training run: git commit (when the package runs from a checkout), host,
