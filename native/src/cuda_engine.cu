@@ -191,17 +191,37 @@ void allow_mma_shared(int64_t n) {
     });
 }
 
+// The device's SMs.
+int sm_count(int device) {
+    int sms = 0;
+    PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+}
+
+// How many blocks of `threads` threads with `bytes` of dynamic shared memory are resident at once on one SM.
+template <class Kernel>
+int resident_per_sm(Kernel kernel, int threads, size_t bytes) {
+    int per_sm = 0;
+    PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
+    return per_sm;
+}
+
+// The same after letting the kernel have those bytes (over the 48 KB default).
+template <class Kernel>
+int allow_and_count_per_sm(Kernel kernel, int threads, size_t bytes) {
+    PVM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    return resident_per_sm(kernel, threads, bytes);
+}
+
 // The slots that mma_blocks balances the pass of n sequences over on this device (kernels::mma_balance_slots).
 template <class Row, Precision P>
 int64_t mma_slots(int64_t n, int device) {
-    int per_sm = 0, sms = 0;
+    int per_sm = 0;
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
-        PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels::weight_pass_mma<Row, NS, P>, kernels::kMmaThreads,
-                                                                     kernels::mma_shared_bytes<NS, Row::kTiled>()));
+        per_sm = resident_per_sm(kernels::weight_pass_mma<Row, NS, P>, kernels::kMmaThreads, kernels::mma_shared_bytes<NS, Row::kTiled>());
     });
-    PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return kernels::mma_balance_slots(per_sm, sms);
+    return kernels::mma_balance_slots(per_sm, sm_count(device));
 }
 
 // Calls f(std::integral_constant<int, NS>) for weight_pass_short's bucket NS >= n (n <= kMmaW1MaxSeqs).
@@ -229,31 +249,23 @@ int short_pass_precision(int64_t n, int precision) { return n < kMmaMinSeqs ? st
 // Lets weight_pass_short have its shared memory; returns how many of its blocks are resident at once on the device.
 template <Precision P>
 int short_pass_slots(int64_t n, int device) {
-    int per_sm = 0, sms = 0;
+    int per_sm = 0;
     by_short_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
-        const auto kernel = kernels::weight_pass_short<NS, P>;
-        const int bytes = static_cast<int>(kernels::short_shared_bytes<NS>());
-        PVM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::kShortThreads, bytes));
+        per_sm = allow_and_count_per_sm(kernels::weight_pass_short<NS, P>, kernels::kShortThreads, kernels::short_shared_bytes<NS>());
     });
-    PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return per_sm * sms;
+    return per_sm * sm_count(device);
 }
 
 // Lets w0_span_pass have its shared memory; returns how many of its blocks are resident at once on the device.
 template <Precision P>
 int64_t span_pass_blocks(int64_t n, int device) {
-    int per_sm = 0, sms = 0;
+    int per_sm = 0;
     by_bucket_of_16(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
-        const auto kernel = kernels::w0_span_pass<NS, P>;
-        const int bytes = static_cast<int>(kernels::span_shared_bytes<NS>());
-        PVM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        PVM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::kSpanThreads, bytes));
+        per_sm = allow_and_count_per_sm(kernels::w0_span_pass<NS, P>, kernels::kSpanThreads, kernels::span_shared_bytes<NS>());
     });
-    PVM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return int64_t{std::max(per_sm, 1)} * sms;
+    return int64_t{std::max(per_sm, 1)} * sm_count(device);
 }
 
 template <class Row, Precision P>
