@@ -407,27 +407,29 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     if (mma && n <= kernels::kSpanMaxSeqs && prop.major >= 9 && !(spans != nullptr && std::strcmp(spans, "0") == 0))
         by_precision(cfg_.precision, [&](auto prec) { span_blocks = span_pass_blocks<decltype(prec)::value>(n, device_); });
     const int64_t w0_runs = t.n_units * ((t.hidden + kernels::kMmaRows - 1) / kernels::kMmaRows);
-    if (span_blocks > 0 && kernels::spans_pay(w0_runs, span_blocks)) {
-        // (W1's pass may run on weight_pass_mma: where its rows are long)
+    if (mma && n <= kMmaW1MaxSeqs)  // (W1's pass may run on weight_pass_mma: where its rows are long)
         by_precision(cfg_.precision, [&](auto prec) { allow_mma_shared<kernels::RowW1, decltype(prec)::value>(n); });
+    // Either W0 pass's sums of runs cut between blocks (per part, sequence and row) and a counter per run.
+    const auto cut_run_sums = [&](int64_t most_parts, int64_t runs) {
+        mma_partial_ = DeviceBuffer<float>(most_parts > 1 ? most_parts * n * t.n_units * t.hidden : 1);
+        mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(runs, 0));
+    };
+    if (span_blocks > 0 && kernels::spans_pay(w0_runs, span_blocks)) {
         const kernels::SpanList w0 = kernels::span_list(span_blocks, t.hidden, t.x_off, t.h_off, w0_device);
         w0_spans_ = DeviceBuffer<int64_t>(kernels::span_words(w0.segments));
         w0_span_first_ = DeviceBuffer<int32_t>(w0.first);
-        mma_partial_ = DeviceBuffer<float>(w0.most_parts > 1 ? w0.most_parts * n * t.n_units * t.hidden : 1);
-        mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(w0.runs, 0));
+        cut_run_sums(w0.most_parts, w0.runs);
     } else if (mma) {
         int64_t w0_slots = 0;
         by_precision(cfg_.precision, [&](auto prec) {
             constexpr Precision P = decltype(prec)::value;
             allow_mma_shared<kernels::RowW0Tiled, P>(n);
-            if (n <= kMmaW1MaxSeqs) allow_mma_shared<kernels::RowW1, P>(n);  // (W1's rows may be long)
             w0_slots = mma_slots<kernels::RowW0Tiled, P>(n, device_);
         });
         const kernels::MmaBlocks w0 = kernels::mma_blocks(
             t.n_units, w0_slots, [&](int64_t) { return t.hidden; }, [&](int64_t u) { return t.inputs(u); });
         w0_rows_ = DeviceBuffer<int32_t>(w0.list);
-        mma_partial_ = DeviceBuffer<float>(w0.most_parts > 1 ? w0.most_parts * n * t.n_units * t.hidden : 1);
-        mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(w0.groups, 0));
+        cut_run_sums(w0.most_parts, w0.groups);
     } else if (n > 1 && n < kMmaMinSeqs) {
         w0_rows_ = DeviceBuffer<int32_t>(row_blocks(
             t.n_units, kernels::kThreads / kernels::kWarp, [&](int64_t) { return t.hidden; },
