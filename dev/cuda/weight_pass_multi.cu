@@ -165,6 +165,10 @@ bool check_and_time(const Layout& pitched, const Layout& tiled, int64_t n, doubl
     int64_t n_blocks = 0;
     if (ver.spans) {
         const SpanList sl = span_list(ver.spans(n), kHidden, L.x_off, L.h_off, L.w0_off);
+        if (!span_fits(sl)) {
+            std::printf("n_seq %ld, %s: a block's segments do not fit its shared memory\n", static_cast<long>(n), ver.name);
+            return false;
+        }
         const std::vector<int64_t> words = span_words(sl.segments);
         spans = dev.put(words);
         host_first = sl.first;

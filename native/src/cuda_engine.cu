@@ -414,8 +414,11 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         mma_partial_ = DeviceBuffer<float>(most_parts > 1 ? most_parts * n * t.n_units * t.hidden : 1);
         mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(runs, 0));
     };
-    if (span_blocks > 0 && kernels::spans_pay(w0_runs, span_blocks)) {
-        const kernels::SpanList w0 = kernels::span_list(span_blocks, t.hidden, t.x_off, t.h_off, w0_device);
+    const kernels::SpanList w0_spans = span_blocks > 0 && kernels::spans_pay(w0_runs, span_blocks)
+                                           ? kernels::span_list(span_blocks, t.hidden, t.x_off, t.h_off, w0_device)
+                                           : kernels::SpanList{};
+    if (!w0_spans.first.empty() && kernels::span_fits(w0_spans)) {
+        const kernels::SpanList& w0 = w0_spans;
         w0_spans_ = DeviceBuffer<int64_t>(kernels::span_words(w0.segments));
         w0_span_first_ = DeviceBuffer<int32_t>(w0.first);
         cut_run_sums(w0.most_parts, w0.runs);

@@ -47,7 +47,9 @@ constexpr int kSpanStages = 4, kSpanAhead = 3, kSpanInputsAhead = 2;
 // small (265 runs on 264 blocks) 5 / 8 / 16 sequences +1.6 / +0.3 / +1.6%; med (521) 8 / 16 -5.6 / -5.3%, LARGE
 // (1,497) -3.5 / -3.1%.
 inline bool spans_pay(int64_t runs, int64_t blocks) { return 2 * runs <= 3 * blocks; }
-// A block's first kSpanSharedSegments segments are read from shared memory (copied there once), any more from the list.
+// A block's segments are read from shared memory (copied there once), at most kSpanSharedSegments of them and the
+// spare record after them: span_fits says whether a list fits. (Read through a pointer that may be shared or global,
+// every field was a generic load, in the gather of every chunk.)
 constexpr int kSpanSharedSegments = 32;
 
 // A segment: a run's chunks [first_chunk, end_chunk) within one block's span, with what its copies and sums need.
@@ -122,6 +124,12 @@ inline SpanList span_list(int64_t blocks, int64_t hidden, const std::vector<int6
     out.segments.push_back(SpanSegment{});
     return out;
 }
+// Whether every block's segments fit its shared memory (kSpanSharedSegments).
+inline bool span_fits(const SpanList& list) {
+    for (size_t b = 0; b + 1 < list.first.size(); ++b)
+        if (list.first[b + 1] - list.first[b] > kSpanSharedSegments) return false;
+    return true;
+}
 // The segments as the words of a device buffer (the engine's DeviceBuffer<int64_t>).
 inline std::vector<int64_t> span_words(const std::vector<SpanSegment>& segments) {
     std::vector<int64_t> words(segments.size() * sizeof(SpanSegment) / sizeof(int64_t));
@@ -143,12 +151,11 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// A block's segments: the first kSpanSharedSegments from shared memory, any more from the list.
+// A block's segments, in shared memory.
 struct SpanSegments {
     const SpanSegment* shared;
-    const SpanSegment* global;  // the block's first
     int count;
-    __device__ const SpanSegment& operator[](int i) const { return i < kSpanSharedSegments ? shared[i] : global[i]; }
+    __device__ const SpanSegment& operator[](int i) const { return shared[i]; }
 };
 
 // A walk over a block's chunks (the copy warp's, the math warps' gather): segment i, chunk c of its run.
@@ -419,18 +426,17 @@ __global__ void __launch_bounds__(kSpanThreads, 2)
 #if PVM_BULK_COPIES
     extern __shared__ __align__(128) float span_smem[];  // (128-byte aligned for the bulk copies, as weight_pass_mma's)
     __shared__ uint64_t full[S], computed[S];
-    __shared__ SpanSegment shared_segments[kSpanSharedSegments];
+    __shared__ SpanSegment shared_segments[kSpanSharedSegments + 1];
     __shared__ int last_part;
     let_next_kernel_launch();
     constexpr int kStageFloats = span_stage_floats<NS>(), kInputs = 2 * kMmaRows * kMmaCols;
     const int n = static_cast<int>(a.n_seq);
     const int first = first_segment[blockIdx.x];
-    const SpanSegments segs{shared_segments, segments + first, first_segment[blockIdx.x + 1] - first};
+    const SpanSegments segs{shared_segments, first_segment[blockIdx.x + 1] - first};
     // The block's segments (and the spare record after them) into shared memory, a word a thread.
     constexpr int kWords = sizeof(SpanSegment) / sizeof(int64_t);
-    const int cached = segs.count + 1 < kSpanSharedSegments ? segs.count + 1 : kSpanSharedSegments;
-    for (int e = static_cast<int>(threadIdx.x); e < cached * kWords; e += kSpanThreads)
-        reinterpret_cast<int64_t*>(shared_segments)[e] = reinterpret_cast<const int64_t*>(segs.global)[e];
+    for (int e = static_cast<int>(threadIdx.x); e < (segs.count + 1) * kWords; e += kSpanThreads)
+        reinterpret_cast<int64_t*>(shared_segments)[e] = reinterpret_cast<const int64_t*>(segments + first)[e];
     // The rows of sequences past n_seq are never copied: zeros in every stage, once.
     for (int e = static_cast<int>(threadIdx.x); e < S * 2 * (NS - n) * kMmaCols; e += kSpanThreads) {
         const int c = e % kMmaCols, q = n + (e / kMmaCols) % (NS - n), half = (e / kMmaCols / (NS - n)) % 2;
