@@ -1,5 +1,5 @@
 """A few steps of the CUDA engine in every fused-pass bucket and in feed-context mode, for compute-sanitizer (the
-shared-memory staging of weight_pass_multi, weight_pass_mma, w0_span_pass (tiny at 8-16), weight_pass_short,
+shared-memory staging of weight_pass_multi, weight_pass_mma, w0_span_pass (tiny at 8-16, 33-64), weight_pass_short,
 mma_product and wgmma_product (an sm_90a build), the hidden deltas' partial sums), also in the opt-in precisions:
     compute-sanitizer --tool racecheck python3 -P dev/cuda/racecheck.py [n_seq ...]
 (with sequence counts: only those cases)"""

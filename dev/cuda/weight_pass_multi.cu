@@ -77,7 +77,7 @@ void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, const int32_t*,
     by_mma_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value, P, Row>(a, blocks, n_blocks); });
 }
 
-// w0_span_pass (sm_90: the engine's pass of 5-16 sequences) with S stages, A chunks in flight, on span_list's blocks.
+// w0_span_pass (sm_90: the engine's pass of 5-16 and 33-64 sequences, on small) with S stages, A chunks in flight, on span_list's blocks.
 template <int NS, int S, int A>
 void launch_span(const StepArgs& a, const int32_t* segments, const int32_t* first, int64_t n_blocks) {
     constexpr size_t bytes = span_shared_bytes<NS, S>();
@@ -100,6 +100,25 @@ int64_t span_blocks(int64_t n) {
     };
     if (n <= 8) query(w0_span_pass<8, Precision::kFp32, S, A>, span_shared_bytes<8, S>());
     else query(w0_span_pass<16, Precision::kFp32, S, A>, span_shared_bytes<16, S>());
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    return int64_t{per_sm} * sms;
+}
+
+// w0_span_pass in the engine's shape for any bucket (8-64: two blocks a SM up to 16, one from 17; its own stages).
+void launch_span_any(const StepArgs& a, const int32_t* segments, const int32_t* first, int64_t n_blocks, int64_t n) {
+    by_mma_bucket(n, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        launch_span<NS, span_stages<NS>(), span_stages<NS>() - 1>(a, segments, first, n_blocks);
+    });
+}
+int64_t span_blocks_any(int64_t n) {
+    int per_sm = 0, sms = 0;
+    by_mma_bucket(n, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        constexpr size_t bytes = span_shared_bytes<NS>();
+        CHECK(cudaFuncSetAttribute(w0_span_pass<NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w0_span_pass<NS>, kSpanThreads, bytes));
+    });
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     return int64_t{per_sm} * sms;
 }
@@ -237,7 +256,9 @@ int main(int argc, char** argv) {
         // The same two on x as rows of sources (the engine's x from 5 sequences).
         mma_src{"weight_pass_mma, W0 tiled, split, x from sources (engine)", 0, launch_mma_bucket, 2e-6, true, true, nullptr, true},
         span_src{"w0_span_pass, 4 stages, 3 ahead, x from sources (engine)", 0, launch_span_bucket<4, 3>, 2e-6, false, true,
-                 span_blocks<4, 3>, true};
+                 span_blocks<4, 3>, true},
+        span_wide{"w0_span_pass, engine shape, x from sources (17-64: one block a SM)", 0, launch_span_any, 2e-6, false, true,
+                  span_blocks_any, true};
     for (int64_t n : seqs) {
         if (n <= 16) ok &= check_and_time(L, tiled, n, copy_bw, multi);
         if (n <= 4) ok &= check_and_time(L, tiled, n, copy_bw, multi8);
@@ -252,6 +273,10 @@ int main(int argc, char** argv) {
             ok &= check_and_time(L, tiled, n, copy_bw, span54);
             ok &= check_and_time(L, tiled, n, copy_bw, mma_src);
             ok &= check_and_time(L, tiled, n, copy_bw, span_src);
+        }
+        if (n > kSpanMaxSeqs) {
+            ok &= check_and_time(L, tiled, n, copy_bw, mma_src);
+            ok &= check_and_time(L, tiled, n, copy_bw, span_wide);
         }
     }
     std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");

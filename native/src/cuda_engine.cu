@@ -233,13 +233,22 @@ void by_short_bucket(int64_t n, F&& f) {
     return f(std::integral_constant<int, 32>{});
 }
 
-// The same for the kernels of up to 16 sequences, hidden_deltas_split (n <= kSplitMaxSeqs) and w0_span_pass
-// (n <= kSpanMaxSeqs): the bucket of 8 or 16.
+// The same for hidden_deltas_split (n <= kSplitMaxSeqs): the bucket of 8 or 16.
 template <class F>
 void by_bucket_of_16(int64_t n, F&& f) {
-    static_assert(kSplitMaxSeqs == 16 && kernels::kSpanMaxSeqs == 16, "the buckets end at 16");
+    static_assert(kSplitMaxSeqs == 16, "the buckets end at 16");
     if (n <= 8) return f(std::integral_constant<int, 8>{});
     return f(std::integral_constant<int, 16>{});
+}
+
+// The same for w0_span_pass (kernels::span_seqs): the bucket of 8, 16, 48 or 64.
+template <class F>
+void by_span_bucket(int64_t n, F&& f) {
+    static_assert(kernels::kSpanMaxSeqs == 16 && kernels::kSpanWideMinSeqs == 33 && kernels::kSpanWideMaxSeqs == 64, "8, 16, 48, 64");
+    if (n <= 8) return f(std::integral_constant<int, 8>{});
+    if (n <= 16) return f(std::integral_constant<int, 16>{});
+    if (n <= 48) return f(std::integral_constant<int, 48>{});
+    return f(std::integral_constant<int, 64>{});
 }
 
 // weight_pass_short's precision: the engine's, except below kMmaMinSeqs, where every mode computes as the default
@@ -257,15 +266,15 @@ int short_pass_slots(int64_t n, int device) {
     return per_sm * sm_count(device);
 }
 
-// Lets w0_span_pass have its shared memory; returns how many of its blocks are resident at once on the device.
+// Lets w0_span_pass have its shared memory; returns how many of its blocks are resident on one SM.
 template <Precision P>
-int64_t span_pass_blocks(int64_t n, int device) {
+int span_pass_per_sm(int64_t n) {
     int per_sm = 0;
-    by_bucket_of_16(n, [&](auto bucket) {
+    by_span_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         per_sm = allow_and_count_per_sm(kernels::w0_span_pass<NS, P>, kernels::kSpanThreads, kernels::span_shared_bytes<NS>());
     });
-    return int64_t{std::max(per_sm, 1)} * sm_count(device);
+    return std::max(per_sm, 1);
 }
 
 template <class Row, Precision P>
@@ -399,13 +408,13 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     baseline_src_ = DeviceBuffer<int64_t>(placed(t.baseline_src, x_index_host_));
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
-    // W0's pass on tensor cores: from 5 to kSpanMaxSeqs sequences on sm_90, where its runs fill about one wave of
-    // resident blocks (kernels::spans_pay), in equal spans of those blocks (w0_span_pass; PVM_CUDA_SPANS=0 keeps
-    // weight_pass_mma, for comparisons); else weight_pass_mma's blocks.
+    // W0's pass on tensor cores: at 5-16 and 33-64 sequences on sm_90 (kernels::span_seqs), where its runs fill about
+    // one wave of resident blocks (kernels::spans_pay), in equal spans of those blocks (w0_span_pass; PVM_CUDA_SPANS=0
+    // keeps weight_pass_mma, for comparisons); else weight_pass_mma's blocks.
     const char* spans = std::getenv("PVM_CUDA_SPANS");
-    int64_t span_blocks = 0;
-    if (mma && n <= kernels::kSpanMaxSeqs && prop.major >= 9 && !(spans != nullptr && std::strcmp(spans, "0") == 0))
-        by_precision(cfg_.precision, [&](auto prec) { span_blocks = span_pass_blocks<decltype(prec)::value>(n, device_); });
+    int span_per_sm = 0;
+    if (mma && kernels::span_seqs(n) && prop.major >= 9 && !(spans != nullptr && std::strcmp(spans, "0") == 0))
+        by_precision(cfg_.precision, [&](auto prec) { span_per_sm = span_pass_per_sm<decltype(prec)::value>(n); });
     const int64_t w0_runs = t.n_units * ((t.hidden + kernels::kMmaRows - 1) / kernels::kMmaRows);
     if (mma && n <= kMmaW1MaxSeqs)  // (W1's pass may run on weight_pass_mma: where its rows are long)
         by_precision(cfg_.precision, [&](auto prec) { allow_mma_shared<kernels::RowW1, decltype(prec)::value>(n); });
@@ -414,8 +423,9 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         mma_partial_ = DeviceBuffer<float>(most_parts > 1 ? most_parts * n * t.n_units * t.hidden : 1);
         mma_count_ = DeviceBuffer<int32_t>(std::vector<int32_t>(runs, 0));
     };
-    const kernels::SpanList w0_spans = span_blocks > 0 && kernels::spans_pay(w0_runs, span_blocks)
-                                           ? kernels::span_list(span_blocks, t.hidden, t.x_off, t.h_off, w0_device)
+    const int sms = sm_count(device_);
+    const kernels::SpanList w0_spans = span_per_sm > 0 && kernels::spans_pay(w0_runs, span_per_sm, sms)
+                                           ? kernels::span_list(int64_t{span_per_sm} * sms, t.hidden, t.x_off, t.h_off, w0_device)
                                            : kernels::SpanList{};
     if (!w0_spans.first.empty() && kernels::span_fits(w0_spans)) {
         const kernels::SpanList& w0 = w0_spans;
@@ -658,7 +668,7 @@ template <Precision P>
 void CudaEngine::launch_w0_pass(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     if (w0_span_first_.size() == 0) return launch_mma<kernels::RowW0Tiled, P>(a.n_seq, w0_rows_, a, launch);
     const auto* segments = reinterpret_cast<const kernels::SpanSegment*>(w0_spans_.data());
-    by_bucket_of_16(a.n_seq, [&](auto bucket) {
+    by_span_bucket(a.n_seq, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         PVM_CUDA_CHECK(launch(kernels::w0_span_pass<NS, P>, static_cast<unsigned>(w0_span_first_.size() - 1), kernels::kSpanThreads,
                               kernels::span_shared_bytes<NS>(), a, segments, w0_span_first_.data()));

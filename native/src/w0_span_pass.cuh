@@ -1,6 +1,6 @@
-// W0's pass of 5 to 16 sequences on sm_90 where its runs fill about one wave of resident blocks (spans_pay: small.json,
-// not med or LARGE): weight_pass_mma's arithmetic (TensorMath<P>, the same fragments and the same sums in the same
-// order per chunk), scheduled differently.
+// W0's pass of 5-16 and 33-64 sequences on sm_90 where its runs fill about one wave of slots (span_seqs, spans_pay:
+// small.json, not med or LARGE): weight_pass_mma's arithmetic (TensorMath<P>, the same fragments and the same sums
+// in the same order per chunk), scheduled differently.
 //
 // weight_pass_mma gives each block one run (a unit's rows) or a part of a long one, and its 8 math warps meet at
 // two block barriers per 32-column chunk: one before a chunk is read (every thread's input copies have landed),
@@ -10,8 +10,8 @@
 //   - the grid is the resident blocks, and each takes an equal span of all runs' chunks in one order (whole runs
 //     and the ends of runs cut between neighbours: segments), so the blocks end together;
 //   - a ninth warp copies: its lane 0 moves a chunk's W and V by bulk copies onto the stage's `full` mbarrier,
-//     kSpanAhead chunks ahead across segment ends (a new segment does not refill the pipeline), and writes the
-//     updated stage back;
+//     one chunk fewer than the stages ahead, across segment ends (a new segment does not refill the pipeline), and
+//     writes the updated stage back;
 //   - the math warps gather the inputs of the chunk kSpanInputsAhead ahead (a column and every 8th sequence a
 //     thread, cp.async counted on the same barrier; with the copy warp issuing all of them the pass took 110.5 us
 //     at 16 sequences against weight_pass_mma's 95.2, and takes 90.7 now: H200 workbench, x from sources), wait on
@@ -36,17 +36,24 @@ namespace kernels {
 
 constexpr int kSpanMathThreads = kMmaThreads;           // 8 math warps: 4 row tiles x 2 column slots
 constexpr int kSpanThreads = kSpanMathThreads + kWarp;  // and the copy warp
-// (At 32 sequences the math needs 141 registers; 2 blocks of 9 warps leave 96 on the SM's sub-partition that
-// holds 5 of them, so it would spill: 17-32 sequences keep weight_pass_mma.)
-constexpr int kSpanMaxSeqs = 16;
-// W and V kSpanAhead chunks ahead (DRAM), the inputs kSpanInputsAhead (gathered from L2 by the math warps).
-constexpr int kSpanStages = 4, kSpanAhead = 3, kSpanInputsAhead = 2;
-// Where the spans pay: runs of at most one and a half waves of the resident blocks. There weight_pass_mma's blocks
-// of one run (or part) leave a tail; where the runs fill two waves or more its blocks balance by themselves, and
-// the spans' segment ends cost more than they save. H200, engine A/B against weight_pass_mma (PVM_CUDA_SPANS=0):
-// small (265 runs on 264 blocks) 5 / 8 / 16 sequences +1.6 / +0.3 / +1.6%; med (521) 8 / 16 -5.6 / -5.3%, LARGE
-// (1,497) -3.5 / -3.1%.
-inline bool spans_pay(int64_t runs, int64_t blocks) { return 2 * runs <= 3 * blocks; }
+// The sequence counts it serves (on sm_90): 5-16, two blocks a SM, and 33-64, one (the buckets of 48 and 64). At
+// 17-32 (one block a SM: the math needs 141 registers, and 2 blocks of 9 warps leave 96 on the sub-partition that
+// holds 5 of them) it was level with weight_pass_mma on small (24 / 32 sequences -0.5 / +0.6%) and lost 8-9% on med
+// and LARGE, so weight_pass_mma stays there. H200 engine A/B, small at 48 / 64: +3.7 / +2.5%.
+constexpr int kSpanMaxSeqs = 16, kSpanWideMinSeqs = 33, kSpanWideMaxSeqs = 64;
+inline bool span_seqs(int64_t n) { return n <= kSpanMaxSeqs || (n >= kSpanWideMinSeqs && n <= kSpanWideMaxSeqs); }
+template <int NS>
+__host__ __device__ constexpr int span_blocks_per_sm() { return NS <= kSpanMaxSeqs ? 2 : 1; }
+// Stages (span_stages: 4 where they fit, with W and V 3 chunks ahead, from DRAM), the inputs kSpanInputsAhead ahead
+// (gathered from L2 by the math warps).
+constexpr int kSpanStages = 4, kSpanInputsAhead = 2;
+// Where the spans pay: runs of at most one and a half times the slots weight_pass_mma balances over (two a SM, also
+// where one block fits: mma_balance_slots). There weight_pass_mma's blocks of one run (or part) leave a tail; where
+// the runs fill two waves or more its blocks balance by themselves, and the spans' segment ends cost more than they
+// save. H200, engine A/B against weight_pass_mma (PVM_CUDA_SPANS=0): small (265 runs on 264 slots) 5 / 8 / 16
+// sequences +1.6 / +0.3 / +1.6% (before the segments were read from shared memory only); med (521) 8 / 16 -5.6 /
+// -5.3%, LARGE (1,497) -3.5 / -3.1%; at 64, med -3.9% and LARGE -2.2%.
+inline bool spans_pay(int64_t runs, int per_sm, int sms) { return 2 * runs <= 3 * mma_balance_slots(per_sm, sms); }
 // A block's segments are read from shared memory (copied there once), at most kSpanSharedSegments of them and the
 // spare record after them: span_fits says whether a list fits. (Read through a pointer that may be shared or global,
 // every field was a generic load, in the gather of every chunk.)
@@ -73,10 +80,15 @@ __host__ __device__ constexpr int span_stage_floats() {  // (whole 128 bytes: th
 }
 template <int NS>
 __host__ __device__ constexpr int span_sum_floats() { return kMmaTiles * (NS / 8) * 4 * kWarp; }
-template <int NS, int S = kSpanStages>
-__host__ __device__ constexpr size_t span_shared_bytes() {
+template <int NS, int S>
+__host__ __device__ constexpr size_t span_shared_bytes_of() {
     return sizeof(float) * (S * span_stage_floats<NS>() + span_sum_floats<NS>());
 }
+// Stages: kSpanStages where they fit a block's 227 KB, else 3 (64 sequences; W and V 2 chunks ahead).
+template <int NS>
+__host__ __device__ constexpr int span_stages() { return span_shared_bytes_of<NS, kSpanStages>() <= 227 * 1024 ? kSpanStages : kSpanStages - 1; }
+template <int NS, int S = span_stages<NS>()>
+__host__ __device__ constexpr size_t span_shared_bytes() { return span_shared_bytes_of<NS, S>(); }
 
 struct SpanList {
     std::vector<SpanSegment> segments;  // block after block, then one spare record (zeros)
@@ -418,10 +430,10 @@ __device__ void span_math(const StepArgs& a, const SpanSegments& segs, int n_chu
 // Launched on span_list's blocks (one each, all resident at once) with span_shared_bytes<NS, S>() of dynamic
 // shared memory; NS a multiple of 8 with n_seq <= NS (sequences past n_seq staged as zeros: they add nothing).
 // sm_90 only (bulk copies): elsewhere the engine runs weight_pass_mma.
-template <int NS, Precision P = Precision::kFp32, int S = kSpanStages, int kAhead = kSpanAhead>
-__global__ void __launch_bounds__(kSpanThreads, 2)
+template <int NS, Precision P = Precision::kFp32, int S = span_stages<NS>(), int kAhead = S - 1>
+__global__ void __launch_bounds__(kSpanThreads, span_blocks_per_sm<NS>())
     w0_span_pass(StepArgs a, const SpanSegment* __restrict__ segments, const int32_t* __restrict__ first_segment) {
-    static_assert(NS % 8 == 0 && NS >= 8 && NS <= kSpanMaxSeqs, "sequences in tiles of 8");
+    static_assert(NS % 8 == 0 && NS >= 8 && NS <= kSpanWideMaxSeqs, "sequences in tiles of 8");
     static_assert(kAhead < S && kSpanInputsAhead < S, "a stage is refilled after its store has read it");
 #if PVM_BULK_COPIES
     extern __shared__ __align__(128) float span_smem[];  // (128-byte aligned for the bulk copies, as weight_pass_mma's)
