@@ -77,7 +77,8 @@ void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, const int32_t*,
     by_mma_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value, P, Row>(a, blocks, n_blocks); });
 }
 
-// w0_span_pass (sm_90: the engine's pass of 5-16 and 33-64 sequences, on small) with S stages, A chunks in flight, on span_list's blocks.
+// w0_span_pass (sm_90: the engine's pass of 5-16 and 33-64 sequences, on small) with S stages, A chunks in flight,
+// on span_list's blocks.
 template <int NS, int S, int A>
 void launch_span(const StepArgs& a, const int32_t* segments, const int32_t* first, int64_t n_blocks) {
     constexpr size_t bytes = span_shared_bytes<NS, S>();
