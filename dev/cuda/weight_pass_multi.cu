@@ -78,7 +78,17 @@ void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, const int32_t*,
 }
 
 // w0_span_pass (sm_90: the engine's pass of 5-16 and 33-64 sequences, on small) with S stages, A chunks in flight,
-// on span_list's blocks.
+// on span_list's blocks: how many of them are resident at once, and a launch.
+template <int NS, int S, int A>
+int64_t span_blocks_of() {
+    constexpr auto kernel = w0_span_pass<NS, Precision::kFp32, S, A>;
+    constexpr size_t bytes = span_shared_bytes<NS, S>();
+    int per_sm = 0, sms = 0;
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSpanThreads, bytes));
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    return int64_t{per_sm} * sms;
+}
 template <int NS, int S, int A>
 void launch_span(const StepArgs& a, const int32_t* segments, const int32_t* first, int64_t n_blocks) {
     constexpr size_t bytes = span_shared_bytes<NS, S>();
@@ -86,26 +96,17 @@ void launch_span(const StepArgs& a, const int32_t* segments, const int32_t* firs
     w0_span_pass<NS, Precision::kFp32, S, A><<<static_cast<unsigned>(n_blocks), kSpanThreads, bytes>>>(
         a, reinterpret_cast<const SpanSegment*>(segments), first);
 }
+// The buckets of 8 and 16 with S stages, A ahead.
 template <int S, int A>
 void launch_span_bucket(const StepArgs& a, const int32_t* segments, const int32_t* first, int64_t n_blocks, int64_t n) {
     if (n <= 8) launch_span<8, S, A>(a, segments, first, n_blocks);
     else launch_span<16, S, A>(a, segments, first, n_blocks);
 }
-// Its blocks: as many as are resident at once.
 template <int S, int A>
 int64_t span_blocks(int64_t n) {
-    int per_sm = 0, sms = 0;
-    const auto query = [&](auto kernel, size_t bytes) {
-        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSpanThreads, bytes));
-    };
-    if (n <= 8) query(w0_span_pass<8, Precision::kFp32, S, A>, span_shared_bytes<8, S>());
-    else query(w0_span_pass<16, Precision::kFp32, S, A>, span_shared_bytes<16, S>());
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    return int64_t{per_sm} * sms;
+    return n <= 8 ? span_blocks_of<8, S, A>() : span_blocks_of<16, S, A>();
 }
-
-// w0_span_pass in the engine's shape for any bucket (8-64: two blocks a SM up to 16, one from 17; its own stages).
+// Any bucket of 8-64 in the engine's shape (two blocks a SM up to 16, one from 17; span_stages).
 void launch_span_any(const StepArgs& a, const int32_t* segments, const int32_t* first, int64_t n_blocks, int64_t n) {
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
@@ -113,15 +114,10 @@ void launch_span_any(const StepArgs& a, const int32_t* segments, const int32_t* 
     });
 }
 int64_t span_blocks_any(int64_t n) {
-    int per_sm = 0, sms = 0;
-    by_mma_bucket(n, [&](auto bucket) {
+    return by_mma_bucket(n, [](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
-        constexpr size_t bytes = span_shared_bytes<NS>();
-        CHECK(cudaFuncSetAttribute(w0_span_pass<NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w0_span_pass<NS>, kSpanThreads, bytes));
+        return span_blocks_of<NS, span_stages<NS>(), span_stages<NS>() - 1>();
     });
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    return int64_t{per_sm} * sms;
 }
 
 // One kernel version: its name, rows per block (0: weight_pass_mma's blocks, mma_blocks with `split`:
