@@ -266,7 +266,8 @@ int short_pass_slots(int64_t n, int device) {
     return per_sm * sm_count(device);
 }
 
-// Lets w0_span_pass have its shared memory; returns how many of its blocks are resident on one SM.
+// Lets w0_span_pass have its shared memory; returns how many of its blocks are resident on one SM (0: none fits, and
+// the engine runs weight_pass_mma).
 template <Precision P>
 int span_pass_per_sm(int64_t n) {
     int per_sm = 0;
@@ -274,7 +275,7 @@ int span_pass_per_sm(int64_t n) {
         constexpr int NS = decltype(bucket)::value;
         per_sm = allow_and_count_per_sm(kernels::w0_span_pass<NS, P>, kernels::kSpanThreads, kernels::span_shared_bytes<NS>());
     });
-    return std::max(per_sm, 1);
+    return per_sm;
 }
 
 template <class Row, Precision P>
@@ -428,10 +429,9 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
                                            ? kernels::span_list(int64_t{span_per_sm} * sms, t.hidden, t.x_off, t.h_off, w0_device)
                                            : kernels::SpanList{};
     if (!w0_spans.first.empty() && kernels::span_fits(w0_spans)) {
-        const kernels::SpanList& w0 = w0_spans;
-        w0_spans_ = DeviceBuffer<int64_t>(kernels::span_words(w0.segments));
-        w0_span_first_ = DeviceBuffer<int32_t>(w0.first);
-        cut_run_sums(w0.most_parts, w0.runs);
+        w0_spans_ = DeviceBuffer<int64_t>(kernels::span_words(w0_spans.segments));
+        w0_span_first_ = DeviceBuffer<int32_t>(w0_spans.first);
+        cut_run_sums(w0_spans.most_parts, w0_spans.runs);
     } else if (mma) {
         int64_t w0_slots = 0;
         by_precision(cfg_.precision, [&](auto prec) {

@@ -84,9 +84,17 @@ template <int NS, int S>
 __host__ __device__ constexpr size_t span_shared_bytes_of() {
     return sizeof(float) * (S * span_stage_floats<NS>() + span_sum_floats<NS>());
 }
-// Stages: kSpanStages where they fit a block's 227 KB, else 3 (64 sequences; W and V 2 chunks ahead).
+// The kernel's static shared memory with S stages: their barriers, the block's segments, and a flag.
+template <int S>
+__host__ __device__ constexpr size_t span_static_bytes() {
+    return 2 * S * sizeof(uint64_t) + (kSpanSharedSegments + 1) * sizeof(SpanSegment) + sizeof(int);
+}
+// Stages: kSpanStages where they fit a block's 227 KB beside the static shared memory, else 3 (64 sequences; W and V
+// 2 chunks ahead).
 template <int NS>
-__host__ __device__ constexpr int span_stages() { return span_shared_bytes_of<NS, kSpanStages>() <= 227 * 1024 ? kSpanStages : kSpanStages - 1; }
+__host__ __device__ constexpr int span_stages() {
+    return span_shared_bytes_of<NS, kSpanStages>() + span_static_bytes<kSpanStages>() <= 227 * 1024 ? kSpanStages : kSpanStages - 1;
+}
 template <int NS, int S = span_stages<NS>()>
 __host__ __device__ constexpr size_t span_shared_bytes() { return span_shared_bytes_of<NS, S>(); }
 
