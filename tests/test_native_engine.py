@@ -250,6 +250,23 @@ def test_native_cuda_chained_launches_change_nothing(n_seq, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n_seq", [1, 3])
+def test_native_cuda_longest_first_changes_nothing(n_seq, monkeypatch):
+    """One sequence's W0 rows and the hidden deltas' units taken longest first give the state of the topology's order,
+    bit for bit (each row and unit is computed as before; only the blocks' order moves)."""
+    spec = transitions("small", 40)
+    frames = random_frames(spec, 40, n_seq=n_seq, seed=4)
+    states = []
+    for lpt in ("0", "1"):
+        monkeypatch.setenv("PVM_CUDA_LPT", lpt)
+        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
+        eng.run(40, iter(frames))
+        states.append(eng.state())
+    for key in STEPPED_STATE:
+        assert np.array_equal(states[0][key], states[1][key]), key
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name,n_seq", [("tiny", 16), ("small", 48), ("tiny", 96), ("small", 128), ("small", 256)])
 def test_native_cuda_wgmma_products_agree_with_mma(name, n_seq, monkeypatch):
     """The products on wgmma (sm_90a) give the state of the mma.sync products within the GPU tolerance."""

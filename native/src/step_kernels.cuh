@@ -31,6 +31,7 @@ struct StepArgs {
     const int32_t* x_index;           // from 5 sequences, per input entry: its place in a ring row (the row holds
                                       // the step's sources; W0's pass and products gather x through this), else null
     const int32_t* y_unit;
+    const int32_t* unit_order;        // 1-4 sequences: the units in the order hidden_deltas takes them, else null
     float *weights, *velocity, *x, *h, *y;
     const float *unit_lr, *unit_mu;
     float *delta_out, *lr_delta_hidden;
@@ -305,10 +306,16 @@ __global__ void accumulate_metrics(StepArgs a) {
 
 // delta_h = g(h(s-2)) * sum_j W1[j,k] delta_out_j with the current (pre-update) W1, stored multiplied
 // by the unit's rate as the update uses it. One block per unit, and W1 read once for up to NS
-// sequences (n_seq <= NS, a compile-time bucket): thread (g, k) sums the rows j = g mod kRowGroups of
-// column k for every sequence (coalesced row reads; delta_out reads are broadcasts), in P interleaved
-// partial sums per sequence; then the groups' sums combine in order g = 0, 1, ... One block per unit.
-constexpr int kRowGroups = 4, kColumns = kThreads / kRowGroups;
+// sequences (n_seq <= NS, a compile-time bucket): thread (g, k) sums the rows j = g mod RG of column k
+// for every sequence (coalesced row reads; delta_out reads are broadcasts), in P interleaved partial sums
+// per sequence; then the groups' sums combine in order g = 0, 1, ... One block per unit, the units with the
+// most outputs first where the engine lists them (unit_order).
+// RG row groups of kThreads / RG columns: 4 for one sequence (the order it always summed in), 5 from two (51
+// columns for the 49 hidden rows: a fifth more threads on the rows, so each walks a fifth fewer). H200 engine
+// A/B, frames/s, 5 against 4: small 2 / 4 sequences +1.3 / +1.7%, med +1.0 / +1.0%, LARGE +0.5 / +0.7%; one
+// sequence small -0.9%, med +0.6%.
+template <int NS>
+__host__ __device__ constexpr int hd_row_groups() { return NS == 1 ? 4 : 5; }
 
 // Rows per trip of hidden_deltas<NS> (the engine's buckets: 1, 2, 4 sequences; from 5 the hidden deltas are a
 // product): workbench (dev/cuda/hidden_deltas.cu), H200, W1 from HBM, U = 4 / 8 / 16: 1 sequence 20.0 / 19.6 /
@@ -321,10 +328,11 @@ __host__ __device__ constexpr int hd_unroll() {
     return 16;
 }
 
-template <int NS, int U = hd_unroll<NS>()>
+template <int NS, int U = hd_unroll<NS>(), int RG = hd_row_groups<NS>()>
 __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
+    constexpr int kCols = kThreads / RG;
     // U rows per unrolled trip (a multiple of 4, so that any U sums in the same order): the longest
-    // unit's thread walks its M / 4 rows in M / (4 U) dependent trips, so U sets how many loads are in
+    // unit's thread walks its M / RG rows in M / (RG U) dependent trips, so U sets how many loads are in
     // flight; the last rows take one predicated trip with its loads issued together. P interleaved
     // partial sums per sequence: 4 for one or two sequences (for one, the order this kernel always
     // summed in), one chain each from four on, where the sequences' chains give the adds their
@@ -335,48 +343,48 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     constexpr int P = NS <= 2 ? 4 : 1;
     let_next_kernel_launch();
     await_prior_kernels();
-    const int64_t s = *a.step, u = blockIdx.x;
+    const int64_t s = *a.step, u = a.unit_order ? a.unit_order[blockIdx.x] : blockIdx.x;
     const int old = ring_slot(s - 2);
-    const int g = threadIdx.x / kColumns, col = threadIdx.x % kColumns;
+    const int g = threadIdx.x / kCols, col = threadIdx.x % kCols;
     const int n = static_cast<int>(a.n_seq);
     const int64_t H = a.hidden, K = a.h_off[u + 1] - a.h_off[u], M = a.y_off[u + 1] - a.y_off[u];
     const float* __restrict__ W1 = a.weights + a.w1_off[u];
     const float* __restrict__ d = a.delta_out + a.y_off[u];
     const float lr = a.unit_lr[u];
-    __shared__ float part[kRowGroups][NS][kColumns];
+    __shared__ float part[RG][NS][kCols];
 
-    for (int64_t k0 = 0; k0 < H; k0 += kColumns) {
+    for (int64_t k0 = 0; k0 < H; k0 += kCols) {
         const int64_t k = k0 + col;
-        if (k < H) {
+        if (k < H && (kThreads % RG == 0 || g < RG)) {  // (where RG does not divide the block, its last threads idle)
             float p[P][NS];
 #pragma unroll
             for (int t = 0; t < P; ++t)
 #pragma unroll
                 for (int q = 0; q < NS; ++q) p[t][q] = 0.0f;
             int64_t j = g;
-            for (; j + (U - 1) * kRowGroups < M; j += U * kRowGroups) {
+            for (; j + (U - 1) * RG < M; j += U * RG) {
                 float w[U];  // with one chain per sequence, the U loads are written first (56 against 80 us at 16)
 #pragma unroll
                 for (int t = 0; t < U; ++t)
-                    if constexpr (P == 1) w[t] = W1[(j + t * kRowGroups) * K + k];
+                    if constexpr (P == 1) w[t] = W1[(j + t * RG) * K + k];
 #pragma unroll
                 for (int t = 0; t < U; ++t) {
-                    if constexpr (P != 1) w[t] = W1[(j + t * kRowGroups) * K + k];  // (14.1 against 18.2 us at 1)
+                    if constexpr (P != 1) w[t] = W1[(j + t * RG) * K + k];  // (14.1 against 18.2 us at 1)
 #pragma unroll
                     for (int q = 0; q < NS; ++q)
-                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * kRowGroups]));
+                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * RG]));
                 }
             }
             if (j < M) {  // the last rows (fewer than U): one trip, loads first, adds where a row exists
                 float w[U];
 #pragma unroll
-                for (int t = 0; t < U; ++t) w[t] = j + t * kRowGroups < M ? W1[(j + t * kRowGroups) * K + k] : 0.0f;
+                for (int t = 0; t < U; ++t) w[t] = j + t * RG < M ? W1[(j + t * RG) * K + k] : 0.0f;
 #pragma unroll
                 for (int t = 0; t < U; ++t) {
-                    if (j + t * kRowGroups >= M) break;
+                    if (j + t * RG >= M) break;
 #pragma unroll
                     for (int q = 0; q < NS; ++q)
-                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * kRowGroups]));
+                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * RG]));
                 }
             }
 #pragma unroll
@@ -390,7 +398,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
         if (g == 0 && k < H) {
             for (int q = 0; q < n; ++q) {
                 float total = part[0][q][col];
-                for (int t = 1; t < kRowGroups; ++t) total = __fadd_rn(total, part[t][q][col]);
+                for (int t = 1; t < RG; ++t) total = __fadd_rn(total, part[t][q][col]);
                 const float ho = a.h[(old * a.n_seq + q) * a.h_total + a.h_off[u] + k];
                 const float dh = delta(ho, total, a.polynomial, static_cast<Derivative>(a.derivative));
                 a.lr_delta_hidden[q * a.h_total + a.h_off[u] + k] = __fmul_rn(lr, dh);

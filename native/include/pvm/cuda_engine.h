@@ -104,6 +104,8 @@ private:
     DeviceBuffer<int32_t> x_index_;   // built_inputs: per input entry, its place in a row (else empty)
     std::vector<int32_t> x_index_host_;
     DeviceBuffer<int32_t> y_unit_;
+    // hidden_deltas' units, most outputs first (1-4 sequences; empty: the topology's order).
+    DeviceBuffer<int32_t> unit_order_;
     DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
     // Tiles of the many-sequence products (unit_products.cuh): (unit, first m, first n), longest sums first.
     DeviceBuffer<int32_t> w0_forward_, w1_forward_, hidden_deltas_, w0_update_, w1_update_;
