@@ -18,8 +18,9 @@ namespace {
 constexpr int64_t kUnits = 265, kHidden = 49, kK = kHidden + 1;
 
 template <int NS, int U>
-void launch(const StepArgs& a) {
-    hidden_deltas<NS, U><<<static_cast<unsigned>(kUnits), kThreads>>>(a);
+void launch(const StepArgs& a) {  // in the engine's row groups (hd_row_groups)
+    if (hd_row_groups(NS, kHidden) == 5) hidden_deltas<NS, U, 5><<<static_cast<unsigned>(kUnits), kThreads>>>(a);
+    else hidden_deltas<NS, U><<<static_cast<unsigned>(kUnits), kThreads>>>(a);
 }
 
 // The kernel for n sequences at U rows per trip (0: the engine's choice, hd_unroll).

@@ -641,7 +641,11 @@ void CudaEngine::launch_deltas(const kernels::StepArgs& a, const kernels::StepLa
     launch_output_deltas(a, launch);
     if (a.n_seq < kHiddenProductSeqs) {
         by_bucket(a.n_seq, [&](auto bucket) {
-            PVM_CUDA_CHECK(launch(hidden_deltas<decltype(bucket)::value>, static_cast<unsigned>(a.n_units), kThreads, 0, a));
+            constexpr int NS = decltype(bucket)::value;
+            auto kernel = hidden_deltas<NS>;
+            if constexpr (NS > 1)
+                if (hd_row_groups(a.n_seq, a.hidden) == 5) kernel = hidden_deltas<NS, hd_unroll<NS>(), 5>;
+            PVM_CUDA_CHECK(launch(kernel, static_cast<unsigned>(a.n_units), kThreads, 0, a));
         });
     } else if (split_hidden_deltas_) {
         by_bucket_of_16(a.n_seq, [&](auto bucket) {

@@ -310,12 +310,11 @@ __global__ void accumulate_metrics(StepArgs a) {
 // for every sequence (coalesced row reads; delta_out reads are broadcasts), in P interleaved partial sums
 // per sequence; then the groups' sums combine in order g = 0, 1, ... One block per unit, the units with the
 // most outputs first where the engine lists them (unit_order).
-// RG row groups of kThreads / RG columns: 4 for one sequence (the order it always summed in), 5 from two (51
-// columns for the 49 hidden rows: a fifth more threads on the rows, so each walks a fifth fewer). H200 engine
-// A/B, frames/s, 5 against 4: small 2 / 4 sequences +1.3 / +1.7%, med +1.0 / +1.0%, LARGE +0.5 / +0.7%; one
-// sequence small -0.9%, med +0.6%.
-template <int NS>
-__host__ __device__ constexpr int hd_row_groups() { return NS == 1 ? 4 : 5; }
+// RG row groups of kThreads / RG columns: 4 for one sequence (the order it always summed in), 5 from two where the
+// hidden rows fit 51 columns (the zoo's 49: a fifth more threads on the rows, so each walks a fifth fewer; more
+// rows would take a second pass over W1). H200 engine A/B, frames/s, 5 against 4: small 2 / 4 sequences +1.3 /
+// +1.7%, med +1.0 / +1.0%, LARGE +0.5 / +0.7%; one sequence small -0.9%, med +0.6%.
+inline int hd_row_groups(int64_t n_seq, int64_t hidden) { return n_seq > 1 && hidden <= kThreads / 5 ? 5 : 4; }
 
 // Rows per trip of hidden_deltas<NS> (the engine's buckets: 1, 2, 4 sequences; from 5 the hidden deltas are a
 // product): workbench (dev/cuda/hidden_deltas.cu), H200, W1 from HBM, U = 4 / 8 / 16: 1 sequence 20.0 / 19.6 /
@@ -328,7 +327,7 @@ __host__ __device__ constexpr int hd_unroll() {
     return 16;
 }
 
-template <int NS, int U = hd_unroll<NS>(), int RG = hd_row_groups<NS>()>
+template <int NS, int U = hd_unroll<NS>(), int RG = 4>
 __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     constexpr int kCols = kThreads / RG;
     // U rows per unrolled trip (a multiple of 4, so that any U sums in the same order): the longest
