@@ -27,7 +27,9 @@ from sweep_helpers import RAY_ENV, events, mlflow_runs, of, sweep_file, trial_ru
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
-STEPS = 6000  # a tiny trial at ~1,000 steps/s on 2 cores: still running when the stop lands
+# A tiny trial at ~1,000 steps/s on 2 cores: still running when the stop lands. (At 6,000 steps a CI rehearsal once saw
+# the trial's queued chunks reach its last step before the stop did: it ended FINISHED, and no state was kept.)
+STEPS = 20000
 
 
 def _cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
