@@ -253,8 +253,8 @@ def test_native_cuda_chained_launches_change_nothing(n_seq, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("n_seq", [1, 3])
 def test_native_cuda_longest_first_changes_nothing(n_seq, monkeypatch):
-    """One sequence's W0 rows and the hidden deltas' units taken longest first give the state of the topology's order,
-    bit for bit (each row and unit is computed as before; only the blocks' order moves)."""
+    """The hidden deltas' units taken most outputs first give the state of the topology's order, bit for bit (each
+    unit is computed as before; only the blocks' order moves)."""
     spec = transitions("small", 40)
     frames = random_frames(spec, 40, n_seq=n_seq, seed=4)
     states = []

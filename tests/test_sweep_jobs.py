@@ -27,8 +27,8 @@ from sweep_helpers import RAY_ENV, events, mlflow_runs, of, sweep_file, trial_ru
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
 
-# A tiny trial at ~1,000 steps/s on 2 cores: still running when the stop lands. (At 6,000 steps a CI rehearsal once saw
-# the trial's queued chunks reach its last step before the stop did: it ended FINISHED, and no state was kept.)
+# A tiny trial at ~1,000 steps/s on 2 cores: still running when the stop lands. (At 6,000 steps a CI rehearsal once had
+# no state kept at the stop, most likely as the trial's queued chunks reached its last step first: it ended FINISHED.)
 STEPS = 20000
 
 
