@@ -268,6 +268,23 @@ def test_native_cuda_longest_first_changes_nothing(n_seq, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", ["tiny", "small", "med"])
+def test_native_cuda_streamed_w1_pass_changes_nothing(name, monkeypatch):
+    """At one sequence W1's pass streamed by resident blocks (w1_stream_pass, sm_90) gives weight_pass_single's state
+    bit for bit: each row's sums in the same order, and the units not yet enabled left as they were."""
+    spec = transitions(name, 40)
+    frames = random_frames(spec, 40, n_seq=1, seed=5)
+    states = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("PVM_CUDA_W1STREAM", flag)
+        eng = build_engine(spec, backend="native", n_seq=1, device="cuda")
+        eng.run(40, iter(frames))
+        states.append(eng.state())
+    for key in STEPPED_STATE:
+        assert np.array_equal(states[0][key], states[1][key]), key
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name,n_seq", [("tiny", 16), ("small", 48), ("tiny", 96), ("small", 128), ("small", 256)])
 def test_native_cuda_wgmma_products_agree_with_mma(name, n_seq, monkeypatch):
     """The products on wgmma (sm_90a) give the state of the mma.sync products within the GPU tolerance."""

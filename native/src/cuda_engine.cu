@@ -18,6 +18,7 @@
 #include "step_kernels.cuh"
 #include "unit_products.cuh"
 #include "w0_span_pass.cuh"
+#include "w1_stream_pass.cuh"
 #include "wgmma_product.cuh"
 
 namespace pvm {
@@ -465,6 +466,20 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w1_rows_ = DeviceBuffer<int32_t>(row_blocks(t.n_units, kernels::kThreads / w1_lanes, [&](int64_t u) { return t.outputs(u); }));
     }
+    // W1's pass at one sequence, where its rows are short, on sm_90: streamed by resident blocks (w1_stream_pass;
+    // PVM_CUDA_W1STREAM=0 keeps weight_pass_single, for comparisons).
+    const char* w1_stream = std::getenv("PVM_CUDA_W1STREAM");
+    if (n == 1 && longest <= kernels::kShortMaxLen && prop.major >= 9 && !(w1_stream != nullptr && std::strcmp(w1_stream, "0") == 0)) {
+        const std::vector<int64_t> tiles = kernels::stream_tiles(t.n_units, [&](int64_t u) { return t.outputs(u); }, w1_device, t.y_off, t.h_off);
+        const int64_t n_tiles = static_cast<int64_t>(tiles.size()) / kernels::kShortTileInts;
+        const int per_sm = allow_and_count_per_sm(kernels::w1_stream_pass<kernels::kStreamStages>, kernels::kStreamThreads,
+                                                  kernels::stream_shared_bytes<kernels::kStreamStages>());
+        const int64_t blocks = std::min<int64_t>(int64_t{per_sm} * sms, n_tiles);
+        if (kernels::stream_fits(n_tiles, blocks)) {
+            w1_tiles_ = DeviceBuffer<int64_t>(tiles);
+            w1_stream_blocks_ = static_cast<int>(blocks);
+        }
+    }
     std::function<int64_t(int64_t)> hidden = [&](int64_t) { return t.hidden; }, seqs = [&](int64_t) { return n; },
                                      inputs = [&](int64_t u) { return t.inputs(u); },
                                      outputs = [&](int64_t u) { return t.outputs(u); },
@@ -786,7 +801,11 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
             if (n == 1) {
                 PVM_CUDA_CHECK(launch(weight_pass_single<RowW0, kWarp>, blocks_for(t.n_units * t.hidden * kWarp), T, 0, a));
                 mark("w0 forward+update");
-                if (long_w1_rows) {
+                if (w1_stream_blocks_ > 0) {
+                    PVM_CUDA_CHECK(launch(w1_stream_pass<kStreamStages>, static_cast<unsigned>(w1_stream_blocks_), kStreamThreads,
+                                          stream_shared_bytes<kStreamStages>(), a, w1_tiles_.data(),
+                                          static_cast<int>(w1_tiles_.size() / kShortTileInts)));
+                } else if (long_w1_rows) {
                     PVM_CUDA_CHECK(launch(weight_pass_single<RowW1, kWarp>, blocks_for(t.y_total * kWarp), T, 0, a));
                 } else {
                     PVM_CUDA_CHECK(launch(weight_pass_single<RowW1, kW1Lanes>, blocks_for(t.y_total * kW1Lanes), T, 0, a));

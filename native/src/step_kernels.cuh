@@ -555,6 +555,14 @@ template <int Pending>
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(Pending) : "memory"); }
 // This thread's shared-memory writes are ordered before later bulk copies (the copy engine's proxy) that read them.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// One arrival on bar.
+__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+// One arrival on bar once every cp.async this thread has issued so far has landed (counted in bar's init count).
+__device__ __forceinline__ void copy_async_arrive(uint64_t* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
 #else
 #define PVM_BULK_COPIES 0
 #endif

@@ -158,14 +158,6 @@ inline std::vector<int64_t> span_words(const std::vector<SpanSegment>& segments)
 }
 
 #if PVM_BULK_COPIES
-// One arrival on bar.
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
-}
-// One arrival on bar once every cp.async this thread has issued so far has landed (counted in bar's init count).
-__device__ __forceinline__ void copy_async_arrive(uint64_t* bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
-}
 // The `threads` threads (whole warps) that reach barrier id meet there; ids 1-15 (0 is __syncthreads').
 __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -116,8 +116,10 @@ private:
     DeviceBuffer<int64_t> w0_spans_;
     // W1's pass on weight_pass_short (short_rows_pass.cuh) where its rows are short, 2 to kMmaW1MaxSeqs sequences:
     // the tiles' records, and the resident blocks that walk them (0: weight_pass_multi's or weight_pass_mma's pass).
+    // At one sequence, the same records in tiles of kStreamRows walked by w1_stream_pass's w1_stream_blocks_ resident
+    // blocks (0: weight_pass_single).
     DeviceBuffer<int64_t> w1_tiles_;
-    int w1_short_blocks_ = 0;
+    int w1_short_blocks_ = 0, w1_stream_blocks_ = 0;
     // The hidden deltas of kHiddenProductSeqs to kSplitMaxSeqs sequences on hidden_deltas_split (W1's rows short, at most
     // kSplitRows hidden rows), else as the product (hidden_deltas_'s tiles).
     bool split_hidden_deltas_ = false;

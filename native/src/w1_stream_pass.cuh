@@ -1,0 +1,224 @@
+// W1's pass at one sequence on sm_90, where its rows are short (kShortMaxLen entries or fewer): W1 streamed by
+// resident blocks, each over one contiguous share of it.
+//
+// weight_pass_single gives each W1 row 8 lanes for one trip: a thread finds its row's unit, then the unit's offsets,
+// then loads 7 entries of W and V, so two of its three dependent round trips carry no weights, and the pass runs in
+// about four waves of such threads (63 registers, 4 blocks a SM). Small's W1 pass took 27.6 us on an H200 for 55 MB,
+// 47% of the copy rate (weight_pass_short's tiles, 64 rows a block at two stages, were level with it at two
+// sequences: about two tiles a block, so its pipeline never filled). Here W1's rows go in tiles of up to
+// kStreamRows rows of one unit (short_tiles' records, in W1's order), each block takes an equal run of consecutive
+// tiles, so its W and V are one stream each, and:
+//   - a copy warp's lane 0 moves each tile's W and V (the 16-byte groups over its span) by bulk copies S - 1 tiles
+//     ahead onto the stage's `full` mbarrier, and writes the updated groups inside the span back once the math
+//     warps have `computed` it;
+//   - the math threads gather the tile's inputs, delta_out, lr and mu kStreamInputsAhead tiles ahead (cp.async on
+//     the same barrier), then compute a row per 8 lanes as weight_pass_single<RowW1, 8> does, in the same order
+//     (each lane its entries lane, lane + 8, ... in turn, then the 8 lanes' sums by xor shuffles), so the two are
+//     bit-identical; the elements of a span's two end groups, which a neighbouring tile shares, they store
+//     themselves.
+// A unit not yet enabled (lr = mu = 0) writes its W unchanged and its V as zeros, as weight_pass_single leaves them.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "short_rows_pass.cuh"
+
+namespace pvm {
+namespace kernels {
+
+constexpr int kStreamLanes = 8;                                 // a row's lanes (weight_pass_single<RowW1, 8>)
+constexpr int kStreamRows = 32;                                 // rows per tile: 4 a math warp
+constexpr int kStreamMathThreads = kStreamRows * kStreamLanes;  // 256
+constexpr int kStreamThreads = kStreamMathThreads + kWarp;      // and the copy warp
+constexpr int kStreamSpan = kStreamRows * kShortMaxLen + 4;     // a tile's W (or V) from its 16-byte group on
+constexpr int kStreamX = 64;                                    // x(s), x(s-2): the row's entries
+constexpr int kStreamMaxTiles = 64;                             // a block's tile records, in shared memory
+constexpr int kStreamInputsAhead = 2;
+// Stages: W and V 7 tiles ahead, two blocks a SM. H200, engine A/B against weight_pass_single (frames/s, n_seq 1): 8 /
+// 6 / 4 stages small +7.3 / +7.7 / +5.7%, med +6.6 / +6.3 / +5.8%, LARGE +6.2 / +5.9 / +5.2%; one block a SM of 8
+// stages +1.7 / +1.1 / 0.0%, of 4 -11 to -13% (the bytes in flight halved).
+constexpr int kStreamStages = 8;
+// A stage: W's span, V's span, x(s), x(s-2), delta_out of the tile's rows, lr and mu; whole 128 bytes, so that the
+// stages stay aligned for the bulk copies.
+constexpr int kStreamXAt = 2 * kStreamSpan, kStreamDeltaAt = kStreamXAt + 2 * kStreamX, kStreamRatesAt = kStreamDeltaAt + kStreamRows;
+constexpr int kStreamStageFloats = (kStreamRatesAt + 2 + 31) / 32 * 32;
+static_assert(kStreamSpan % 4 == 0, "16-byte groups");
+template <int S>
+__host__ __device__ constexpr size_t stream_shared_bytes() { return sizeof(float) * S * kStreamStageFloats; }
+
+// W1's rows in tiles of at most kStreamRows rows of one unit (a unit's rows split evenly), as short_tiles' records
+// (kShortTileInts each), in unit order: w1_off, y_off, h_off as in short_tiles, outputs(u) the unit's rows.
+template <class Outputs>
+std::vector<int64_t> stream_tiles(int64_t n_units, Outputs outputs, const std::vector<int64_t>& w1_off, const std::vector<int64_t>& y_off,
+                                  const std::vector<int64_t>& h_off) {
+    std::vector<int64_t> out;
+    for (int64_t u = 0; u < n_units; ++u) {
+        const int64_t rows = outputs(u), tiles = (rows + kStreamRows - 1) / kStreamRows, len = h_off[u + 1] - h_off[u];
+        for (int64_t i = 0; i < tiles; ++i) {
+            const int64_t r0 = i * rows / tiles, r1 = (i + 1) * rows / tiles;
+            out.insert(out.end(), {w1_off[u] + r0 * len, y_off[u] + r0, h_off[u], u | (r1 - r0) << 32 | len << 48});
+        }
+    }
+    return out;
+}
+// Block b of `blocks` takes tiles [b n / blocks, (b + 1) n / blocks) of n.
+__host__ __device__ constexpr int stream_first_tile(int b, int blocks, int n) {
+    return static_cast<int>(int64_t{b} * n / blocks);
+}
+// Whether every block's records fit kStreamMaxTiles.
+inline bool stream_fits(int64_t n_tiles, int64_t blocks) { return blocks > 0 && (n_tiles + blocks - 1) / blocks <= kStreamMaxTiles; }
+
+#if PVM_BULK_COPIES
+// The 16-byte groups of tile T's span ([phase, end) from the group g0 = T.w & ~3): all of them, and those inside it.
+struct StreamSpan {
+    int64_t g0;
+    int phase, end, whole_lo, whole_hi;  // in floats from g0; whole: the groups [whole_lo, whole_hi) lie inside
+    __device__ explicit StreamSpan(const ShortTile& T)
+        : g0(T.w & ~int64_t{3}), phase(static_cast<int>(T.w & 3)), end(phase + T.rows * T.len), whole_lo((phase + 3) / 4 * 4),
+          whole_hi(end / 4 * 4) {}
+};
+
+// The copy warp's lane 0: tile i's W and V into stage i % S, S - 1 tiles ahead; each tile's inner groups back once
+// the math warps have computed it.
+template <int S>
+__device__ void stream_copies(const StepArgs& a, const int64_t* records, int count, float* smem, uint64_t* full, uint64_t* computed) {
+    constexpr int kAhead = S - 1;
+    const int64_t v_minus_w = a.velocity - a.weights;
+    await_prior_kernels();
+    if (threadIdx.x % kWarp != 0) return;
+    const auto load = [&](int i) {
+        const StreamSpan sp(short_tile(records + kShortTileInts * i));
+        float* st = smem + (i % S) * kStreamStageFloats;
+        const unsigned bytes = static_cast<unsigned>((sp.end + 3) / 4 * 16);  // (W and V have 4 floats allocated past their end)
+        barrier_expect(&full[i % S], 2 * bytes);
+        bulk_load(st, a.weights + sp.g0, bytes, &full[i % S]);
+        bulk_load(st + kStreamSpan, a.weights + sp.g0 + v_minus_w, bytes, &full[i % S]);
+    };
+    for (int i = 0; i < kAhead && i < count; ++i) load(i);
+    for (int k = 0; k < count; ++k) {
+        barrier_wait(&computed[k % S], (k / S) % 2);
+        const StreamSpan sp(short_tile(records + kShortTileInts * k));
+        if (sp.whole_hi > sp.whole_lo) {
+            const float* st = smem + (k % S) * kStreamStageFloats + sp.whole_lo;
+            float* dst = a.weights + sp.g0 + sp.whole_lo;
+            const unsigned bytes = static_cast<unsigned>((sp.whole_hi - sp.whole_lo) * sizeof(float));
+            bulk_store(dst, st, bytes);
+            bulk_store(dst + v_minus_w, st + kStreamSpan, bytes);
+        }
+        bulk_commit();
+        if (k + kAhead < count) {
+            bulk_wait_read<S - kAhead>();  // the store of tile k - 1, the stage's last, has read it
+            load(k + kAhead);
+        }
+    }
+    bulk_wait<0>();  // the stores are done before the block's shared memory goes
+}
+
+// The math threads: a row per kStreamLanes lanes of every tile, as the copy warp's `full` says it has landed.
+template <int S>
+__device__ void stream_math(const StepArgs& a, const int64_t* records, int count, float* smem, uint64_t* full, uint64_t* computed) {
+    const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
+    const int row = tid / kStreamLanes, l = tid % kStreamLanes;
+    const unsigned mask = ((1u << kStreamLanes) - 1u) << (lane / kStreamLanes * kStreamLanes);
+    const int64_t v_minus_w = a.velocity - a.weights;
+    await_prior_kernels();
+    const int64_t s = *a.step;
+    const int cur = ring_slot(s);
+    const float* h_cur = a.h + cur * a.h_total;  // (one sequence)
+    const float* h_old = a.h + ring_slot(s - 2) * a.h_total;
+
+    // Tile i's inputs x(s) and x(s-2) (threads 0-127, a column each), delta_out of its rows (128-159), lr and mu
+    // (160-161) into its stage, counted on `full` (every math thread arrives).
+    const auto gather = [&](int i) {
+        const ShortTile T = short_tile(records + kShortTileInts * i);
+        float* st = smem + (i % S) * kStreamStageFloats;
+        if (tid < 2 * kStreamX) {
+            const int c = tid % kStreamX;
+            const bool ok = c < T.len;
+            copy_async4(st + kStreamXAt + tid, (tid < kStreamX ? h_cur : h_old) + T.h + (ok ? c : 0), ok);
+        } else if (tid < 2 * kStreamX + kStreamRows) {
+            const int r = tid - 2 * kStreamX;
+            const bool ok = r < T.rows;
+            copy_async4(st + kStreamDeltaAt + r, a.delta_out + T.y + (ok ? r : 0), ok);
+        } else if (tid < 2 * kStreamX + kStreamRows + 2) {
+            const int k = tid - 2 * kStreamX - kStreamRows;
+            copy_async4(st + kStreamRatesAt + k, (k == 0 ? a.unit_lr : a.unit_mu) + T.unit, true);
+        }
+        copy_async_arrive(&full[i % S]);
+    };
+    for (int i = 0; i < kStreamInputsAhead && i < count; ++i) gather(i);
+    for (int j = 0; j < count; ++j) {
+        if (j + kStreamInputsAhead < count) {  // once every warp is done with the stage's last tile
+            if (j + kStreamInputsAhead >= S) barrier_wait(&computed[(j + kStreamInputsAhead) % S], ((j + kStreamInputsAhead) / S - 1) % 2);
+            gather(j + kStreamInputsAhead);
+        }
+        barrier_wait(&full[j % S], (j / S) % 2);
+        const ShortTile T = short_tile(records + kShortTileInts * j);
+        if (row < T.rows) {
+            const StreamSpan sp(T);
+            float* st = smem + (j % S) * kStreamStageFloats;
+            const float* xs = st + kStreamXAt;
+            const float lr = st[kStreamRatesAt], mu = st[kStreamRatesAt + 1];
+            const bool active = !(lr == 0.0f && mu == 0.0f);
+            const float ld = __fmul_rn(lr, st[kStreamDeltaAt + row]);  // (RowW1::lr_delta)
+            float* W = a.weights + sp.g0;
+            float acc = 0.0f;
+            for (int c = l, p = sp.phase + row * T.len + l; c < T.len; c += kStreamLanes, p += kStreamLanes) {
+                const float w = st[p], v = st[kStreamSpan + p];
+                acc = __fadd_rn(acc, __fmul_rn(w, xs[c]));
+                const float vn = active ? __fmaf_rn(mu, v, __fmul_rn(ld, xs[kStreamX + c])) : 0.0f;
+                const float wn = active ? __fadd_rn(w, vn) : w;
+                st[p] = wn;
+                st[kStreamSpan + p] = vn;
+                if (p < sp.whole_lo || p >= sp.whole_hi) {  // an end group's element: the copy warp stores the rest
+                    W[p] = wn;
+                    W[v_minus_w + p] = vn;
+                }
+            }
+            for (int offset = kStreamLanes / 2; offset > 0; offset /= 2) acc = __fadd_rn(acc, __shfl_xor_sync(mask, acc, offset, kStreamLanes));
+            if (l == 0) a.y[cur * a.y_total + T.y + row] = activation(acc, a.polynomial);
+        }
+        // The warp's new W and V before the copy warp's bulk store reads them, then one arrival per warp.
+        fence_async_shared();
+        __syncwarp();
+        if (lane == 0) barrier_arrive(&computed[j % S]);
+    }
+}
+#endif
+
+// Launched on resident blocks (block b: stream_first_tile's share of n_tiles, at most kStreamMaxTiles) with
+// stream_shared_bytes<S>() of dynamic shared memory, n_seq 1. sm_90 only (bulk copies).
+template <int S>
+__global__ void __launch_bounds__(kStreamThreads) w1_stream_pass(StepArgs a, const int64_t* __restrict__ tiles, int n_tiles) {
+    static_assert(S >= 2 && kStreamInputsAhead < S, "a stage is refilled after its store has read it");
+#if PVM_BULK_COPIES
+    extern __shared__ __align__(128) float stream_smem[];
+    __shared__ uint64_t full[S], computed[S];
+    __shared__ __align__(16) int64_t records[kStreamMaxTiles * kShortTileInts];
+    let_next_kernel_launch();
+    const int first = stream_first_tile(blockIdx.x, gridDim.x, n_tiles);
+    const int count = stream_first_tile(blockIdx.x + 1, gridDim.x, n_tiles) - first;
+    for (int e = static_cast<int>(threadIdx.x); e < count * kShortTileInts; e += kStreamThreads)
+        records[e] = tiles[int64_t{first} * kShortTileInts + e];
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < S; ++i) {
+            barrier_init(&full[i], kStreamMathThreads + 1);  // the math threads' copies, and the copy warp's bytes
+            barrier_init(&computed[i], kStreamMathThreads / kWarp);
+        }
+        barrier_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x >= kStreamMathThreads) stream_copies<S>(a, records, count, stream_smem, full, computed);
+    else stream_math<S>(a, records, count, stream_smem, full, computed);
+#else
+    (void)a;
+    (void)tiles;
+    (void)n_tiles;
+    __trap();
+#endif
+}
+
+}  // namespace kernels
+}  // namespace pvm
