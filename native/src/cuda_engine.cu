@@ -234,6 +234,14 @@ void by_short_bucket(int64_t n, F&& f) {
     return f(std::integral_constant<int, 32>{});
 }
 
+// The same for w1_stream_pass (n <= kStreamMaxSeqs): the bucket of 1 or 2.
+template <class F>
+void by_stream_bucket(int64_t n, F&& f) {
+    static_assert(kernels::kStreamMaxSeqs == 2, "the buckets end at 2");
+    if (n <= 1) return f(std::integral_constant<int, 1>{});
+    return f(std::integral_constant<int, 2>{});
+}
+
 // The same for hidden_deltas_split (n <= kSplitMaxSeqs): the bucket of 8 or 16.
 template <class F>
 void by_bucket_of_16(int64_t n, F&& f) {
@@ -455,7 +463,26 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     };
     int64_t longest = 0;
     for (int64_t u = 0; u < t.n_units; ++u) longest = std::max(longest, t.hidden_len(u));
-    if (n > 1 && n <= kMmaW1MaxSeqs && longest <= kernels::kShortMaxLen) {
+    // Up to kStreamMaxSeqs sequences on sm_90 W1 is streamed by resident blocks (w1_stream_pass; PVM_CUDA_W1STREAM=0
+    // keeps the passes below, for comparisons).
+    const char* w1_stream = std::getenv("PVM_CUDA_W1STREAM");
+    if (n <= kernels::kStreamMaxSeqs && longest <= kernels::kShortMaxLen && prop.major >= 9 &&
+        !(w1_stream != nullptr && std::strcmp(w1_stream, "0") == 0)) {
+        const std::vector<int64_t> tiles = kernels::stream_tiles(t.n_units, [&](int64_t u) { return t.outputs(u); }, w1_device, t.y_off, t.h_off);
+        const int64_t n_tiles = static_cast<int64_t>(tiles.size()) / kernels::kShortTileInts;
+        int per_sm = 0;
+        by_stream_bucket(n, [&](auto bucket) {
+            constexpr int NS = decltype(bucket)::value;
+            per_sm = allow_and_count_per_sm(kernels::w1_stream_pass<NS>, kernels::kStreamThreads, kernels::stream_shared_bytes<NS>());
+        });
+        const int64_t blocks = std::min<int64_t>(int64_t{per_sm} * sms, n_tiles);
+        if (kernels::stream_fits(n_tiles, blocks)) {
+            w1_tiles_ = DeviceBuffer<int64_t>(tiles);
+            w1_stream_blocks_ = static_cast<int>(blocks);
+        }
+    }
+    if (w1_stream_blocks_ > 0) {  // (w1_tiles_ holds the streamed pass's records)
+    } else if (n > 1 && n <= kMmaW1MaxSeqs && longest <= kernels::kShortMaxLen) {
         w1_tiles_ = DeviceBuffer<int64_t>(kernels::short_tiles(w1_runs(), w1_device, t.y_off, t.h_off));
         by_precision(short_pass_precision(n, cfg_.precision), [&](auto prec) { w1_short_blocks_ = short_pass_slots<decltype(prec)::value>(n, device_); });
         // (at least one block: 0 means the other passes)
@@ -465,20 +492,6 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     } else if (n > 1 && n < kMmaMinSeqs) {
         const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
         w1_rows_ = DeviceBuffer<int32_t>(row_blocks(t.n_units, kernels::kThreads / w1_lanes, [&](int64_t u) { return t.outputs(u); }));
-    }
-    // W1's pass at one sequence, where its rows are short, on sm_90: streamed by resident blocks (w1_stream_pass;
-    // PVM_CUDA_W1STREAM=0 keeps weight_pass_single, for comparisons).
-    const char* w1_stream = std::getenv("PVM_CUDA_W1STREAM");
-    if (n == 1 && longest <= kernels::kShortMaxLen && prop.major >= 9 && !(w1_stream != nullptr && std::strcmp(w1_stream, "0") == 0)) {
-        const std::vector<int64_t> tiles = kernels::stream_tiles(t.n_units, [&](int64_t u) { return t.outputs(u); }, w1_device, t.y_off, t.h_off);
-        const int64_t n_tiles = static_cast<int64_t>(tiles.size()) / kernels::kShortTileInts;
-        const int per_sm = allow_and_count_per_sm(kernels::w1_stream_pass<kernels::kStreamStages>, kernels::kStreamThreads,
-                                                  kernels::stream_shared_bytes<kernels::kStreamStages>());
-        const int64_t blocks = std::min<int64_t>(int64_t{per_sm} * sms, n_tiles);
-        if (kernels::stream_fits(n_tiles, blocks)) {
-            w1_tiles_ = DeviceBuffer<int64_t>(tiles);
-            w1_stream_blocks_ = static_cast<int>(blocks);
-        }
     }
     std::function<int64_t(int64_t)> hidden = [&](int64_t) { return t.hidden; }, seqs = [&](int64_t) { return n; },
                                      inputs = [&](int64_t u) { return t.inputs(u); },
@@ -700,6 +713,14 @@ void CudaEngine::launch_w0_pass(const kernels::StepArgs& a, const kernels::StepL
     });
 }
 
+void CudaEngine::launch_stream_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
+    by_stream_bucket(a.n_seq, [&](auto bucket) {
+        constexpr int NS = decltype(bucket)::value;
+        PVM_CUDA_CHECK(launch(kernels::w1_stream_pass<NS>, static_cast<unsigned>(w1_stream_blocks_), kernels::kStreamThreads,
+                              kernels::stream_shared_bytes<NS>(), a, w1_tiles_.data(), static_cast<int>(w1_tiles_.size() / kernels::kShortTileInts)));
+    });
+}
+
 // In short_pass_precision's precision.
 void CudaEngine::launch_short_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     by_precision(short_pass_precision(a.n_seq, cfg_.precision), [&](auto prec) {
@@ -783,7 +804,8 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     // 131,417 -> 129,811), 256 +0.7%. Profiling records an event between phases: each phase's time is
     // then its own, unchained.
     const StepLaunch launch{stream_, chained_launches() && std::is_same_v<std::decay_t<Mark>, NoMark>};
-    PVM_CUDA_CHECK(launch(assemble_inputs<Pixel>, dim3(blocks_for(x_stride_), static_cast<unsigned>((n + kGatherSeqs - 1) / kGatherSeqs)),
+    PVM_CUDA_CHECK(launch(assemble_inputs<Pixel, kGatherEntries>,
+                          dim3(blocks_for((x_stride_ + kGatherEntries - 1) / kGatherEntries), static_cast<unsigned>((n + kGatherSeqs - 1) / kGatherSeqs)),
                           T, 0, a, d_frames, n_frames, first));
     if (a.n_raw > 0) {  // feed-context mode; the hidden vectors' constant 1s stay put (set_hidden_bias)
         PVM_CUDA_CHECK(launch(assemble_hidden, dim3(blocks_for(a.n_raw), seqs), T, 0, a));
@@ -802,9 +824,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
                 PVM_CUDA_CHECK(launch(weight_pass_single<RowW0, kWarp>, blocks_for(t.n_units * t.hidden * kWarp), T, 0, a));
                 mark("w0 forward+update");
                 if (w1_stream_blocks_ > 0) {
-                    PVM_CUDA_CHECK(launch(w1_stream_pass<kStreamStages>, static_cast<unsigned>(w1_stream_blocks_), kStreamThreads,
-                                          stream_shared_bytes<kStreamStages>(), a, w1_tiles_.data(),
-                                          static_cast<int>(w1_tiles_.size() / kShortTileInts)));
+                    launch_stream_w1(a, launch);
                 } else if (long_w1_rows) {
                     PVM_CUDA_CHECK(launch(weight_pass_single<RowW1, kWarp>, blocks_for(t.y_total * kWarp), T, 0, a));
                 } else {
@@ -813,7 +833,9 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
             } else {
                 launch_multi<RowW0, kWarp, 8>(n, w0_rows_, a, launch);  // 8 per lane: see weight_pass_multi
                 mark("w0 forward+update");
-                if (w1_short_blocks_ > 0) {  // (H200, small 4: 35 -> 29 us)
+                if (w1_stream_blocks_ > 0) {
+                    launch_stream_w1(a, launch);
+                } else if (w1_short_blocks_ > 0) {  // (H200, small 4: 35 -> 29 us)
                     launch_short_w1(a, launch);
                 } else if (long_w1_rows) {
                     launch_multi<RowW1, kWarp, 8>(n, w1_rows_, a, launch);

@@ -1,5 +1,5 @@
-// W1's pass at one sequence on sm_90, where its rows are short (kShortMaxLen entries or fewer): W1 streamed by
-// resident blocks, each over one contiguous share of it.
+// W1's pass of one or two sequences on sm_90, where its rows are short (kShortMaxLen entries or fewer): W1 streamed
+// by resident blocks, each over one contiguous share of it.
 //
 // weight_pass_single gives each W1 row 8 lanes for one trip: a thread finds its row's unit, then the unit's offsets,
 // then loads 7 entries of W and V, so two of its three dependent round trips carry no weights, and the pass runs in
@@ -12,10 +12,11 @@
 //     ahead onto the stage's `full` mbarrier, and writes the updated groups inside the span back once the math
 //     warps have `computed` it;
 //   - the math threads gather the tile's inputs, delta_out, lr and mu kStreamInputsAhead tiles ahead (cp.async on
-//     the same barrier), then compute a row per 8 lanes as weight_pass_single<RowW1, 8> does, in the same order
-//     (each lane its entries lane, lane + 8, ... in turn, then the 8 lanes' sums by xor shuffles), so the two are
-//     bit-identical; the elements of a span's two end groups, which a neighbouring tile shares, they store
-//     themselves.
+//     the same barrier), then compute a row per 8 lanes (each lane its entries lane, lane + 8, ... in turn, then the
+//     8 lanes' sums by xor shuffles); the elements of a span's two end groups, which a neighbouring tile shares,
+//     they store themselves. One sequence computes as weight_pass_single<RowW1, 8> does, bit-identical to it; two
+//     as weight_pass_multi<RowW1, 8> does (FMA chains over the sequences; weight_pass_short's tiles, which the
+//     engine runs from 3 sequences, compute in 3xTF32).
 // A unit not yet enabled (lr = mu = 0) writes its W unchanged and its V as zeros, as weight_pass_single leaves them.
 #pragma once
 
@@ -33,20 +34,30 @@ constexpr int kStreamRows = 32;                                 // rows per tile
 constexpr int kStreamMathThreads = kStreamRows * kStreamLanes;  // 256
 constexpr int kStreamThreads = kStreamMathThreads + kWarp;      // and the copy warp
 constexpr int kStreamSpan = kStreamRows * kShortMaxLen + 4;     // a tile's W (or V) from its 16-byte group on
-constexpr int kStreamX = 64;                                    // x(s), x(s-2): the row's entries
+constexpr int kStreamX = 64;                                    // x(s), x(s-2) of a sequence: the row's entries
+// Up to 2 sequences. H200 A/B against weight_pass_short's tiles (frames/s): 2 sequences small +4.3%, med +1.9%, LARGE
+// +0.8%; 4 sequences -1.4%, -3.4%, -4.4% (each row's 8 lanes then do 8 FMAs and 8 shared loads an entry: the W1
+// phase on small 29.9 -> 33.4 us).
+constexpr int kStreamMaxSeqs = 2;
 constexpr int kStreamMaxTiles = 64;                             // a block's tile records, in shared memory
 constexpr int kStreamInputsAhead = 2;
-// Stages: W and V 7 tiles ahead, two blocks a SM. H200, engine A/B against weight_pass_single (frames/s, n_seq 1): 8 /
-// 6 / 4 stages small +7.3 / +7.7 / +5.7%, med +6.6 / +6.3 / +5.8%, LARGE +6.2 / +5.9 / +5.2%; one block a SM of 8
-// stages +1.7 / +1.1 / 0.0%, of 4 -11 to -13% (the bytes in flight halved).
-constexpr int kStreamStages = 8;
-// A stage: W's span, V's span, x(s), x(s-2), delta_out of the tile's rows, lr and mu; whole 128 bytes, so that the
-// stages stay aligned for the bulk copies.
-constexpr int kStreamXAt = 2 * kStreamSpan, kStreamDeltaAt = kStreamXAt + 2 * kStreamX, kStreamRatesAt = kStreamDeltaAt + kStreamRows;
-constexpr int kStreamStageFloats = (kStreamRatesAt + 2 + 31) / 32 * 32;
+// A stage of NS sequences (a bucket: n_seq <= NS, the rest zeros): W's span, V's span, x(s) and x(s-2) of each
+// sequence, delta_out of the tile's rows ([sequence][row]), lr and mu; whole 128 bytes, so that the stages stay
+// aligned for the bulk copies.
+template <int NS>
+struct StreamStage {
+    static constexpr int kXAt = 2 * kStreamSpan, kDeltaAt = kXAt + 2 * NS * kStreamX, kRatesAt = kDeltaAt + NS * kStreamRows;
+    static constexpr int kFloats = (kRatesAt + 2 + 31) / 32 * 32;
+};
 static_assert(kStreamSpan % 4 == 0, "16-byte groups");
-template <int S>
-__host__ __device__ constexpr size_t stream_shared_bytes() { return sizeof(float) * S * kStreamStageFloats; }
+// Stages: W and V S - 1 tiles ahead, two blocks a SM. H200, engine A/B against weight_pass_single (frames/s, n_seq 1):
+// 8 / 6 / 4 stages small +7.3 / +7.7 / +5.7%, med +6.6 / +6.3 / +5.8%, LARGE +6.2 / +5.9 / +5.2%; one block a SM of
+// 8 stages +1.7 / +1.1 / 0.0%, of 4 -11 to -13% (the bytes in flight halved). With two sequences' inputs 8 stages
+// would leave one block a SM: 7.
+template <int NS>
+__host__ __device__ constexpr int stream_stages() { return NS == 1 ? 8 : 7; }
+template <int NS>
+__host__ __device__ constexpr size_t stream_shared_bytes() { return sizeof(float) * stream_stages<NS>() * StreamStage<NS>::kFloats; }
 
 // W1's rows in tiles of at most kStreamRows rows of one unit (a unit's rows split evenly), as short_tiles' records
 // (kShortTileInts each), in unit order: w1_off, y_off, h_off as in short_tiles, outputs(u) the unit's rows.
@@ -82,15 +93,15 @@ struct StreamSpan {
 
 // The copy warp's lane 0: tile i's W and V into stage i % S, S - 1 tiles ahead; each tile's inner groups back once
 // the math warps have computed it.
-template <int S>
+template <int NS>
 __device__ void stream_copies(const StepArgs& a, const int64_t* records, int count, float* smem, uint64_t* full, uint64_t* computed) {
-    constexpr int kAhead = S - 1;
+    constexpr int S = stream_stages<NS>(), kAhead = S - 1, kStageFloats = StreamStage<NS>::kFloats;
     const int64_t v_minus_w = a.velocity - a.weights;
     await_prior_kernels();
     if (threadIdx.x % kWarp != 0) return;
     const auto load = [&](int i) {
         const StreamSpan sp(short_tile(records + kShortTileInts * i));
-        float* st = smem + (i % S) * kStreamStageFloats;
+        float* st = smem + (i % S) * kStageFloats;
         const unsigned bytes = static_cast<unsigned>((sp.end + 3) / 4 * 16);  // (W and V have 4 floats allocated past their end)
         barrier_expect(&full[i % S], 2 * bytes);
         bulk_load(st, a.weights + sp.g0, bytes, &full[i % S]);
@@ -101,7 +112,7 @@ __device__ void stream_copies(const StepArgs& a, const int64_t* records, int cou
         barrier_wait(&computed[k % S], (k / S) % 2);
         const StreamSpan sp(short_tile(records + kShortTileInts * k));
         if (sp.whole_hi > sp.whole_lo) {
-            const float* st = smem + (k % S) * kStreamStageFloats + sp.whole_lo;
+            const float* st = smem + (k % S) * kStageFloats + sp.whole_lo;
             float* dst = a.weights + sp.g0 + sp.whole_lo;
             const unsigned bytes = static_cast<unsigned>((sp.whole_hi - sp.whole_lo) * sizeof(float));
             bulk_store(dst, st, bytes);
@@ -117,34 +128,39 @@ __device__ void stream_copies(const StepArgs& a, const int64_t* records, int cou
 }
 
 // The math threads: a row per kStreamLanes lanes of every tile, as the copy warp's `full` says it has landed.
-template <int S>
+template <int NS>
 __device__ void stream_math(const StepArgs& a, const int64_t* records, int count, float* smem, uint64_t* full, uint64_t* computed) {
+    using St = StreamStage<NS>;
+    constexpr int S = stream_stages<NS>();
     const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
     const int row = tid / kStreamLanes, l = tid % kStreamLanes;
     const unsigned mask = ((1u << kStreamLanes) - 1u) << (lane / kStreamLanes * kStreamLanes);
     const int64_t v_minus_w = a.velocity - a.weights;
     await_prior_kernels();
     const int64_t s = *a.step;
-    const int cur = ring_slot(s);
-    const float* h_cur = a.h + cur * a.h_total;  // (one sequence)
-    const float* h_old = a.h + ring_slot(s - 2) * a.h_total;
+    const int n = static_cast<int>(a.n_seq), cur = ring_slot(s);
+    const float inv_n = 1.0f / static_cast<float>(n);
+    const float* h_cur = a.h + cur * n * a.h_total;  // sequence q at + q * h_total
+    const float* h_old = a.h + ring_slot(s - 2) * n * a.h_total;
 
-    // Tile i's inputs x(s) and x(s-2) (threads 0-127, a column each), delta_out of its rows (128-159), lr and mu
-    // (160-161) into its stage, counted on `full` (every math thread arrives).
+    // Tile i's inputs x(s) and x(s-2) of every sequence (a column each, sequences past n_seq as zeros), delta_out of
+    // its rows ([sequence][row], zeros past n_seq and the tile), lr and mu into its stage, counted on `full` (every
+    // math thread arrives).
     const auto gather = [&](int i) {
         const ShortTile T = short_tile(records + kShortTileInts * i);
-        float* st = smem + (i % S) * kStreamStageFloats;
-        if (tid < 2 * kStreamX) {
-            const int c = tid % kStreamX;
-            const bool ok = c < T.len;
-            copy_async4(st + kStreamXAt + tid, (tid < kStreamX ? h_cur : h_old) + T.h + (ok ? c : 0), ok);
-        } else if (tid < 2 * kStreamX + kStreamRows) {
-            const int r = tid - 2 * kStreamX;
-            const bool ok = r < T.rows;
-            copy_async4(st + kStreamDeltaAt + r, a.delta_out + T.y + (ok ? r : 0), ok);
-        } else if (tid < 2 * kStreamX + kStreamRows + 2) {
-            const int k = tid - 2 * kStreamX - kStreamRows;
-            copy_async4(st + kStreamRatesAt + k, (k == 0 ? a.unit_lr : a.unit_mu) + T.unit, true);
+        float* st = smem + (i % S) * St::kFloats;
+        for (int e = tid; e < St::kRatesAt + 2 - St::kXAt; e += kStreamMathThreads) {
+            if (e < 2 * NS * kStreamX) {  // (x(s) of sequences 0..NS-1, then x(s-2))
+                const int c = e % kStreamX, q = e / kStreamX % NS;
+                const bool ok = c < T.len && q < n;
+                copy_async4(st + St::kXAt + e, (e < NS * kStreamX ? h_cur : h_old) + (ok ? q * a.h_total + T.h + c : 0), ok);
+            } else if (e < 2 * NS * kStreamX + NS * kStreamRows) {
+                const int r = (e - 2 * NS * kStreamX) % kStreamRows, q = (e - 2 * NS * kStreamX) / kStreamRows;
+                const bool ok = r < T.rows && q < n;
+                copy_async4(st + St::kXAt + e, a.delta_out + (ok ? q * a.y_total + T.y + r : 0), ok);
+            } else {
+                copy_async4(st + St::kXAt + e, (e == St::kRatesAt - St::kXAt ? a.unit_lr : a.unit_mu) + T.unit, true);
+            }
         }
         copy_async_arrive(&full[i % S]);
     };
@@ -158,17 +174,33 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
         const ShortTile T = short_tile(records + kShortTileInts * j);
         if (row < T.rows) {
             const StreamSpan sp(T);
-            float* st = smem + (j % S) * kStreamStageFloats;
-            const float* xs = st + kStreamXAt;
-            const float lr = st[kStreamRatesAt], mu = st[kStreamRatesAt + 1];
+            float* st = smem + (j % S) * St::kFloats;
+            const float* xs = st + St::kXAt;  // x(s) of sequence q at q * kStreamX, x(s-2) past NS of them
+            const float lr = st[St::kRatesAt], mu = st[St::kRatesAt + 1];
             const bool active = !(lr == 0.0f && mu == 0.0f);
-            const float ld = __fmul_rn(lr, st[kStreamDeltaAt + row]);  // (RowW1::lr_delta)
+            float ld[NS], acc[NS];
+#pragma unroll
+            for (int q = 0; q < NS; ++q) {
+                ld[q] = __fmul_rn(lr, st[St::kDeltaAt + q * kStreamRows + row]);  // (RowW1::lr_delta)
+                acc[q] = 0.0f;
+            }
             float* W = a.weights + sp.g0;
-            float acc = 0.0f;
             for (int c = l, p = sp.phase + row * T.len + l; c < T.len; c += kStreamLanes, p += kStreamLanes) {
                 const float w = st[p], v = st[kStreamSpan + p];
-                acc = __fadd_rn(acc, __fmul_rn(w, xs[c]));
-                const float vn = active ? __fmaf_rn(mu, v, __fmul_rn(ld, xs[kStreamX + c])) : 0.0f;
+                float vn;
+                if constexpr (NS == 1) {  // weight_pass_single's arithmetic
+                    acc[0] = __fadd_rn(acc[0], __fmul_rn(w, xs[c]));
+                    vn = __fmaf_rn(mu, v, __fmul_rn(ld[0], xs[kStreamX + c]));
+                } else {  // weight_pass_multi's (spare sequences: inputs 0, lr*delta 0)
+                    float g = 0.0f;
+#pragma unroll
+                    for (int q = 0; q < NS; ++q) {
+                        acc[q] = __fmaf_rn(w, xs[q * kStreamX + c], acc[q]);
+                        g = __fmaf_rn(ld[q], xs[(NS + q) * kStreamX + c], g);
+                    }
+                    vn = __fmaf_rn(mu, v, __fmul_rn(g, inv_n));
+                }
+                vn = active ? vn : 0.0f;
                 const float wn = active ? __fadd_rn(w, vn) : w;
                 st[p] = wn;
                 st[kStreamSpan + p] = vn;
@@ -177,8 +209,13 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
                     W[v_minus_w + p] = vn;
                 }
             }
-            for (int offset = kStreamLanes / 2; offset > 0; offset /= 2) acc = __fadd_rn(acc, __shfl_xor_sync(mask, acc, offset, kStreamLanes));
-            if (l == 0) a.y[cur * a.y_total + T.y + row] = activation(acc, a.polynomial);
+#pragma unroll
+            for (int q = 0; q < NS; ++q) {
+                float total = acc[q];
+                for (int offset = kStreamLanes / 2; offset > 0; offset /= 2)
+                    total = __fadd_rn(total, __shfl_xor_sync(mask, total, offset, kStreamLanes));
+                if (l == 0 && q < n) a.y[(cur * n + q) * a.y_total + T.y + row] = activation(total, a.polynomial);
+            }
         }
         // The warp's new W and V before the copy warp's bulk store reads them, then one arrival per warp.
         fence_async_shared();
@@ -189,10 +226,11 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
 #endif
 
 // Launched on resident blocks (block b: stream_first_tile's share of n_tiles, at most kStreamMaxTiles) with
-// stream_shared_bytes<S>() of dynamic shared memory, n_seq 1. sm_90 only (bulk copies).
-template <int S>
+// stream_shared_bytes<NS>() of dynamic shared memory; n_seq <= NS. sm_90 only (bulk copies).
+template <int NS>
 __global__ void __launch_bounds__(kStreamThreads) w1_stream_pass(StepArgs a, const int64_t* __restrict__ tiles, int n_tiles) {
-    static_assert(S >= 2 && kStreamInputsAhead < S, "a stage is refilled after its store has read it");
+    constexpr int S = stream_stages<NS>();
+    static_assert(NS >= 1 && NS <= kStreamMaxSeqs && kStreamInputsAhead < S, "a stage is refilled after its store has read it");
 #if PVM_BULK_COPIES
     extern __shared__ __align__(128) float stream_smem[];
     __shared__ uint64_t full[S], computed[S];
@@ -210,8 +248,8 @@ __global__ void __launch_bounds__(kStreamThreads) w1_stream_pass(StepArgs a, con
         barrier_init_fence();
     }
     __syncthreads();
-    if (threadIdx.x >= kStreamMathThreads) stream_copies<S>(a, records, count, stream_smem, full, computed);
-    else stream_math<S>(a, records, count, stream_smem, full, computed);
+    if (threadIdx.x >= kStreamMathThreads) stream_copies<NS>(a, records, count, stream_smem, full, computed);
+    else stream_math<NS>(a, records, count, stream_smem, full, computed);
 #else
     (void)a;
     (void)tiles;

@@ -64,6 +64,7 @@ private:
     template <Precision P, class Mark>
     void enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
     void launch_short_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
+    void launch_stream_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     // W0's pass on tensor cores (5 to 64 sequences), in precision P.
     template <Precision P>
     void launch_w0_pass(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
@@ -116,8 +117,8 @@ private:
     DeviceBuffer<int64_t> w0_spans_;
     // W1's pass on weight_pass_short (short_rows_pass.cuh) where its rows are short, 2 to kMmaW1MaxSeqs sequences:
     // the tiles' records, and the resident blocks that walk them (0: weight_pass_multi's or weight_pass_mma's pass).
-    // At one sequence, the same records in tiles of kStreamRows walked by w1_stream_pass's w1_stream_blocks_ resident
-    // blocks (0: weight_pass_single).
+    // Up to kStreamMaxSeqs sequences on sm_90 instead, the same records in tiles of kStreamRows walked by w1_stream_pass's
+    // w1_stream_blocks_ resident blocks (0: the other passes).
     DeviceBuffer<int64_t> w1_tiles_;
     int w1_short_blocks_ = 0, w1_stream_blocks_ = 0;
     // The hidden deltas of kHiddenProductSeqs to kSplitMaxSeqs sequences on hidden_deltas_split (W1's rows short, at most
