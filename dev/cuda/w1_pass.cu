@@ -1,13 +1,16 @@
-// Workbench: the W1 pass of 2..64 sequences on tensor cores, both versions (the engine's own code):
-// weight_pass_mma<RowW1> (native/src/mma_pass.cuh: a block per run of up to 64 rows, streamed along its 50
-// columns) and weight_pass_short (native/src/short_rows_pass.cuh: resident blocks walking 64-row tiles),
-// against a CPU reference in double, and timed (L2 flushed before each run).
+// Workbench: the W1 pass, the engine's versions (its own code): weight_pass_mma<RowW1> (native/src/mma_pass.cuh: a
+// block per run of up to 64 rows, streamed along its 50 columns) and weight_pass_short (native/src/short_rows_pass.cuh:
+// resident blocks walking 64-row tiles) on tensor cores for 1..64 sequences; at one and two sequences also
+// w1_stream_pass (native/src/w1_stream_pass.cuh: resident blocks streaming equal runs of 32-row tiles by bulk copies,
+// sm_90) and at one the row pass weight_pass_single<RowW1, 8>; against a CPU reference in double, and timed (L2
+// flushed before each run).
 // One step of the W1 rows of a small.json-like layer stack: 265 units of 49 hidden entries plus the bias (rows of
 // 50), 150..392 outputs per unit as in small.json. Checks y(s) = phi(W1 h(s)) and the momentum update with
 // lr*delta_out and h(s-2), then reports the weight traffic (16 bytes per weight) against the copy bandwidth.
 //   nvcc -std=c++17 -O3 -arch=sm_90a -fmad=false -I../../native/include -o w1_pass w1_pass.cu
-//   ./w1_pass [n_seq ...]        (default: 2 4 5 8 16 32 64; PVM_WB_NOTIME=1: checks only, for compute-sanitizer)
+//   ./w1_pass [n_seq ...]        (default: 1 2 4 5 8 16 32 64; PVM_WB_NOTIME=1: checks only, for compute-sanitizer)
 #include "../../native/src/short_rows_pass.cuh"
+#include "../../native/src/w1_stream_pass.cuh"
 #include "step_state.h"
 
 using namespace pvm;
@@ -19,33 +22,65 @@ int64_t inputs(int64_t u) { return 788 + (u * 37) % 638; }  // (W0's; only its o
 int64_t outputs(int64_t u) { return 150 + (u * 53) % 243; }  // 150..392, as small.json's units
 constexpr int64_t kLen = kHidden + 1;
 
-void launch_mma(const StepArgs& a, const int32_t* tiles, const int64_t*, int64_t n_tiles, int64_t n) {
+// The lists the versions walk, on the device: weight_pass_mma's runs (mma_blocks), weight_pass_short's 64-row tiles
+// and w1_stream_pass's 32-row tiles (short_tiles' records).
+struct Lists {
+    const int32_t* runs;
+    const int64_t *tiles, *stream;
+    int64_t n_runs, n_tiles, n_stream;
+};
+
+void launch_mma(const StepArgs& a, const Lists& l, int64_t n) {
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         constexpr size_t bytes = mma_shared_bytes<NS>();
         CHECK(cudaFuncSetAttribute(weight_pass_mma<RowW1, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-        weight_pass_mma<RowW1, NS><<<static_cast<unsigned>(n_tiles), kMmaThreads, bytes>>>(a, tiles);
+        weight_pass_mma<RowW1, NS><<<static_cast<unsigned>(l.n_runs), kMmaThreads, bytes>>>(a, l.runs);
     });
 }
 
-// Resident blocks: as many as fit at once (at most one per tile).
-void launch_short(const StepArgs& a, const int32_t*, const int64_t* tiles, int64_t n_tiles, int64_t n) {
+// Resident blocks of `kernel` with `threads` and `bytes` of dynamic shared memory: as many as fit at once (at most n).
+template <class Kernel>
+int64_t resident(Kernel kernel, int threads, size_t bytes, int64_t n) {
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    int per_sm = 0, sms = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    return std::min<int64_t>(n, int64_t{per_sm} * sms);
+}
+
+void launch_short(const StepArgs& a, const Lists& l, int64_t n) {
     by_mma_bucket(n, [&](auto bucket) {
         constexpr int NS = decltype(bucket)::value;
         constexpr size_t bytes = short_shared_bytes<NS>();
-        const auto kernel = weight_pass_short<NS>;
-        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-        int per_sm = 0, sms = 0;
-        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kShortThreads, bytes));
-        CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-        const int64_t grid = std::min<int64_t>(n_tiles, int64_t{per_sm} * sms);
-        kernel<<<static_cast<unsigned>(grid), kShortThreads, bytes>>>(a, tiles, static_cast<int>(n_tiles));
+        const int64_t grid = resident(weight_pass_short<NS>, kShortThreads, bytes, l.n_tiles);
+        weight_pass_short<NS><<<static_cast<unsigned>(grid), kShortThreads, bytes>>>(a, l.tiles, static_cast<int>(l.n_tiles));
     });
+}
+
+template <int NS>
+void launch_stream_bucket(const StepArgs& a, const Lists& l) {
+    constexpr size_t bytes = stream_shared_bytes<NS>();
+    const int64_t grid = resident(w1_stream_pass<NS>, kStreamThreads, bytes, l.n_stream);
+    if (!stream_fits(l.n_stream, grid)) {
+        std::fprintf(stderr, "w1_stream_pass: more than %d tiles a block\n", kStreamMaxTiles);
+        std::exit(1);
+    }
+    w1_stream_pass<NS><<<static_cast<unsigned>(grid), kStreamThreads, bytes>>>(a, l.stream, static_cast<int>(l.n_stream));
+}
+void launch_stream(const StepArgs& a, const Lists& l, int64_t n) {
+    if (n == 1) launch_stream_bucket<1>(a, l);
+    else launch_stream_bucket<2>(a, l);
+}
+
+void launch_rows(const StepArgs& a, const Lists&, int64_t) {
+    const int64_t threads = a.y_total * 8;
+    weight_pass_single<RowW1, 8><<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads>>>(a);
 }
 
 struct Version {
     const char* name;
-    void (*launch)(const StepArgs&, const int32_t*, const int64_t*, int64_t, int64_t);
+    void (*launch)(const StepArgs&, const Lists&, int64_t);
 };
 
 bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& ver) {
@@ -77,11 +112,13 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
 
     DeviceScope dev;
     const StepArgs a = upload(dev, L, S, n, step);
-    const MmaBlocks mb = mma_blocks(kUnits, 0, [&](int64_t u) { return L.y_off[u + 1] - L.y_off[u]; }, [](int64_t) { return kLen; });
-    const int32_t* runs = dev.put(mb.list);
-    const int64_t* tiles = dev.put(short_tiles(mb.list, L.w1_off, L.y_off, L.h_off));
-    const int64_t n_tiles = static_cast<int64_t>(mb.list.size() / kMmaBlockInts);
-    ver.launch(a, runs, tiles, n_tiles, n);
+    const auto rows = [&](int64_t u) { return L.y_off[u + 1] - L.y_off[u]; };
+    const MmaBlocks mb = mma_blocks(kUnits, 0, rows, [](int64_t) { return kLen; });
+    const std::vector<int64_t> stream = stream_tiles(kUnits, rows, L.w1_off, L.y_off, L.h_off);
+    const int64_t n_runs = static_cast<int64_t>(mb.list.size() / kMmaBlockInts);
+    const Lists lists{dev.put(mb.list), dev.put(short_tiles(mb.list, L.w1_off, L.y_off, L.h_off)), dev.put(stream), n_runs, n_runs,
+                      static_cast<int64_t>(stream.size()) / kShortTileInts};
+    ver.launch(a, lists, n);
     CHECK_LAUNCH();
     CHECK(cudaDeviceSynchronize());
     const auto y_got = to_host(a.y, S.y.size());
@@ -99,7 +136,7 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
     ok &= untouched;
 
     if (std::getenv("PVM_WB_NOTIME")) return ok;  // (under compute-sanitizer)
-    const double us = time_us([&] { ver.launch(a, runs, tiles, n_tiles, n); }, 5, 50, flush_l2);
+    const double us = time_us([&] { ver.launch(a, lists, n); }, 5, 50, flush_l2);
     const double bytes = 16.0 * n_w1;
     std::printf("  %.1f us, weight traffic %.2f TB/s = %.0f%% of copy\n", us, bytes / us * 1e-6, 100.0 * bytes / (us * 1e-6) / copy_bw);
     return ok;
@@ -108,16 +145,21 @@ bool check_and_time(const Layout& L, int64_t n, double copy_bw, const Version& v
 }  // namespace
 
 int main(int argc, char** argv) {
-    const std::vector<int64_t> seqs = parse_seqs(argc, argv, {2, 4, 5, 8, 16, 32, 64}, 2, 64);
+    const std::vector<int64_t> seqs = parse_seqs(argc, argv, {1, 2, 4, 5, 8, 16, 32, 64}, 1, 64);
     const Layout L(inputs, outputs);
     const double copy_bw = copy_bandwidth(size_t{1} << 30);
     std::printf("W1: %ld rows of %ld (%.1f MB of W and V); copy bandwidth %.2f TB/s\n", static_cast<long>(L.y_total),
                 static_cast<long>(kLen), 8.0 * (L.n_weights - L.n_w0) / 1e6, copy_bw / 1e12);
     bool ok = true;
-    const Version mma{"weight_pass_mma<RowW1> (engine to 32)", launch_mma}, tiles{"weight_pass_short", launch_short};
+    const Version mma{"weight_pass_mma<RowW1>", launch_mma}, tiles{"weight_pass_short", launch_short},
+        streamed{"w1_stream_pass", launch_stream}, row_pass{"weight_pass_single<RowW1, 8>", launch_rows};
+    int device_major = 0;
+    CHECK(cudaDeviceGetAttribute(&device_major, cudaDevAttrComputeCapabilityMajor, 0));
     for (int64_t n : seqs) {
+        if (n == 1) ok &= check_and_time(L, n, copy_bw, row_pass);
         ok &= check_and_time(L, n, copy_bw, mma);
         ok &= check_and_time(L, n, copy_bw, tiles);
+        if (n <= kStreamMaxSeqs && device_major >= 9) ok &= check_and_time(L, n, copy_bw, streamed);  // (bulk copies: sm_90)
     }
     std::printf("%s\n", ok ? "all checks passed" : "SOME CHECKS FAILED");
     return ok ? 0 : 1;
