@@ -571,6 +571,17 @@ template <int Pending>
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(Pending) : "memory"); }
 // This thread's shared-memory writes are ordered before later bulk copies (the copy engine's proxy) that read them.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Thread 0 sets up the S stage barriers of a pipeline of math threads and a copy warp (the block syncs after): `full`
+// counts the math threads' copies (cp.async arrivals) and the copy warp's bytes, `computed` one arrival per math warp.
+template <int S>
+__device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* computed, int math_threads) {
+    if (threadIdx.x != 0) return;
+    for (int i = 0; i < S; ++i) {
+        barrier_init(&full[i], math_threads + 1);
+        barrier_init(&computed[i], math_threads / kWarp);
+    }
+    barrier_init_fence();
+}
 // One arrival on bar.
 __device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");

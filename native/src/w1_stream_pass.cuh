@@ -246,13 +246,7 @@ __global__ void __launch_bounds__(kStreamThreads) w1_stream_pass(StepArgs a, con
     const int count = stream_first_tile(blockIdx.x + 1, gridDim.x, n_tiles) - first;
     for (int e = static_cast<int>(threadIdx.x); e < count * kShortTileInts; e += kStreamThreads)
         records[e] = tiles[int64_t{first} * kShortTileInts + e];
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < S; ++i) {
-            barrier_init(&full[i], kStreamMathThreads + 1);  // the math threads' copies, and the copy warp's bytes
-            barrier_init(&computed[i], kStreamMathThreads / kWarp);
-        }
-        barrier_init_fence();
-    }
+    init_stage_barriers<S>(full, computed, kStreamMathThreads);
     __syncthreads();
     if (threadIdx.x >= kStreamMathThreads) stream_copies<NS>(a, records, count, stream_smem, full, computed);
     else stream_math<NS>(a, records, count, stream_smem, full, computed);
