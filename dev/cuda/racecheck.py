@@ -3,7 +3,9 @@ shared-memory staging of w1_stream_pass (one sequence), weight_pass_multi, weigh
 8-16, 33-64), weight_pass_short, mma_product and wgmma_product (an sm_90a build), the hidden deltas' partial sums),
 also in the opt-in precisions:
     compute-sanitizer --tool racecheck python3 -P dev/cuda/racecheck.py [n_seq ...]
-(with sequence counts: only those cases)"""
+(with sequence counts: only those cases). tiny's blocks in the span and stream passes walk too few chunks to reuse a
+stage; the workbenches (dev/cuda/weight_pass_multi.cu, w1_pass.cu) run those passes on small.json's shapes, where
+they do."""
 import sys
 
 import numpy as np
