@@ -38,7 +38,8 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   kMmaW1MaxSeqs: with 33-64 sequences its 50-float rows leave the pass at one block per SM (153 us at
 //   64 against 98 us for the two W1 products), while the W0 pass still beats its products (287 against
 //   395 us at 64). From 2 to kMmaW1MaxSeqs sequences W1's rows of up to kShortMaxLen entries go in 64-row
-//   tiles instead (weight_pass_short; feed-context rows are longer and keep the passes above).
+//   tiles instead (weight_pass_short; feed-context rows are longer and keep the passes above), and at 1-2 on
+//   sm_90 they are streamed through resident blocks (w1_stream_pass).
 // - Hidden deltas: up to 4 sequences the per-unit kernel hidden_deltas<NS>; from kHiddenProductSeqs on tensor
 //   cores (H100, small, frames/s against hidden_deltas<8>: 5 +0.4%, 6 +1.1%, 8 +3.4%; med 8 +7.4%, LARGE 8
 //   +6.6%; at 3 and 4 the product lost 7-8%): up to kSplitMaxSeqs sequences a block per unit with its sum split
