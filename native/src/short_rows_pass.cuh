@@ -48,13 +48,17 @@ __host__ __device__ constexpr size_t short_shared_bytes() { return sizeof(float)
 constexpr int kShortTileInts = 4;
 // The records of W1's rows in tiles of at most kShortRows (runs as mma_blocks makes them, unsplit: its list of
 // kMmaBlockInts per block), from the device offsets of W1 (w1_off), the outputs (y_off) and h (h_off).
+// Appends the record of unit u's rows [r0, r0 + rows) to out (short_tile reads it back).
+inline void append_short_tile(std::vector<int64_t>& out, int64_t u, int64_t r0, int64_t rows, const std::vector<int64_t>& w1_off,
+                              const std::vector<int64_t>& y_off, const std::vector<int64_t>& h_off) {
+    const int64_t len = h_off[u + 1] - h_off[u];
+    out.insert(out.end(), {w1_off[u] + r0 * len, y_off[u] + r0, h_off[u], u | rows << 32 | len << 48});
+}
 inline std::vector<int64_t> short_tiles(const std::vector<int32_t>& runs, const std::vector<int64_t>& w1_off,
                                         const std::vector<int64_t>& y_off, const std::vector<int64_t>& h_off) {
     std::vector<int64_t> out;
-    for (size_t i = 0; i + kMmaBlockInts <= runs.size(); i += kMmaBlockInts) {
-        const int64_t u = runs[i], r0 = runs[i + 1], rows = runs[i + 2] - runs[i + 1], len = h_off[u + 1] - h_off[u];
-        out.insert(out.end(), {w1_off[u] + r0 * len, y_off[u] + r0, h_off[u], u | rows << 32 | len << 48});
-    }
+    for (size_t i = 0; i + kMmaBlockInts <= runs.size(); i += kMmaBlockInts)
+        append_short_tile(out, runs[i], runs[i + 1], runs[i + 2] - runs[i + 1], w1_off, y_off, h_off);
     return out;
 }
 struct ShortTile {

@@ -66,11 +66,9 @@ std::vector<int64_t> stream_tiles(int64_t n_units, Outputs outputs, const std::v
                                   const std::vector<int64_t>& h_off) {
     std::vector<int64_t> out;
     for (int64_t u = 0; u < n_units; ++u) {
-        const int64_t rows = outputs(u), tiles = (rows + kStreamRows - 1) / kStreamRows, len = h_off[u + 1] - h_off[u];
-        for (int64_t i = 0; i < tiles; ++i) {
-            const int64_t r0 = i * rows / tiles, r1 = (i + 1) * rows / tiles;
-            out.insert(out.end(), {w1_off[u] + r0 * len, y_off[u] + r0, h_off[u], u | (r1 - r0) << 32 | len << 48});
-        }
+        const int64_t rows = outputs(u), tiles = (rows + kStreamRows - 1) / kStreamRows;
+        for (int64_t i = 0; i < tiles; ++i)
+            append_short_tile(out, u, i * rows / tiles, (i + 1) * rows / tiles - i * rows / tiles, w1_off, y_off, h_off);
     }
     return out;
 }
