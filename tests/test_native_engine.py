@@ -26,6 +26,12 @@ def transitions(name: str, steps: int):
         "delay_intermediate_learning_rate": int(steps * 0.8)})
 
 
+def assert_same_state(a, b):
+    """Every stepped array of two engine states equal, bit for bit."""
+    for key in STEPPED_STATE:
+        assert np.array_equal(a[key], b[key]), key
+
+
 def relative_errors(ref_state, nat_state):
     return {k: float(np.linalg.norm(nat_state[k] - ref_state[k]) / np.linalg.norm(ref_state[k])) for k in STEPPED_STATE}
 
@@ -79,8 +85,7 @@ def test_native_cpu_is_deterministic():
         eng = build_engine(spec, backend="native", n_seq=4, device="cpu")
         eng.run(60, iter(frames))
         states.append(eng.state())
-    for key in STEPPED_STATE:
-        assert np.array_equal(states[0][key], states[1][key]), key
+    assert_same_state(*states)
 
 
 def test_checkpoints_move_between_backends(tmp_path):
@@ -106,8 +111,8 @@ def test_native_cpu_computes_fp32_in_every_precision():
         eng = build_engine(spec.with_overrides({"precision": precision}), backend="native", n_seq=8, device="cpu")
         eng.run(30, iter(frames))
         states.append(eng.state())
-    for key in STEPPED_STATE:
-        assert np.array_equal(states[0][key], states[1][key]) and np.array_equal(states[0][key], states[2][key]), key
+    assert_same_state(states[0], states[1])
+    assert_same_state(states[0], states[2])
 
 
 def test_native_rejects_an_unknown_precision():
@@ -216,6 +221,20 @@ def test_native_cuda_tiles_cover_any_shape(hidden_block, n_seq):
     assert max(errs.values()) <= 1e-4, errs
 
 
+def states_under_switch(monkeypatch, switch, spec, frames, n_seq, steps, check=None):
+    """The CUDA engine's state after ``steps`` steps with the environment switch ``switch`` at "0", then at "1";
+    ``check(engine, flag)`` runs on each engine before it steps."""
+    states = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv(switch, flag)
+        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
+        if check is not None:
+            check(eng, flag)
+        eng.run(steps, iter(frames))
+        states.append(eng.state())
+    return states
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n_seq", [1, 3, 4, 16, 64, 200])
 def test_native_cuda_is_bit_identical(n_seq):
@@ -226,8 +245,7 @@ def test_native_cuda_is_bit_identical(n_seq):
         eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
         eng.run(50, iter(frames))
         states.append(eng.state())
-    for key in STEPPED_STATE:
-        assert np.array_equal(states[0][key], states[1][key]), key
+    assert_same_state(*states)
 
 
 @pytest.mark.gpu
@@ -239,15 +257,11 @@ def test_native_cuda_chained_launches_change_nothing(n_seq, monkeypatch):
     can_chain = float(info["devices"][0]["compute_capability"]) >= 9.0 and min(versions) >= (12, 3)
     spec = transitions("small", 40)
     frames = random_frames(spec, 40, n_seq=n_seq)
-    states = []
-    for chain in ("0", "1"):
-        monkeypatch.setenv("PVM_CUDA_CHAIN", chain)
-        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
-        assert eng.chained_launches == (chain == "1" and can_chain)
-        eng.run(40, iter(frames))
-        states.append(eng.state())
-    for key in STEPPED_STATE:
-        assert np.array_equal(states[0][key], states[1][key]), key
+
+    def check(eng, flag):
+        assert eng.chained_launches == (flag == "1" and can_chain)
+
+    assert_same_state(*states_under_switch(monkeypatch, "PVM_CUDA_CHAIN", spec, frames, n_seq, 40, check))
 
 
 @pytest.mark.gpu
@@ -257,14 +271,7 @@ def test_native_cuda_longest_first_changes_nothing(n_seq, monkeypatch):
     unit is computed as before; only the blocks' order moves)."""
     spec = transitions("small", 40)
     frames = random_frames(spec, 40, n_seq=n_seq, seed=4)
-    states = []
-    for lpt in ("0", "1"):
-        monkeypatch.setenv("PVM_CUDA_LPT", lpt)
-        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
-        eng.run(40, iter(frames))
-        states.append(eng.state())
-    for key in STEPPED_STATE:
-        assert np.array_equal(states[0][key], states[1][key]), key
+    assert_same_state(*states_under_switch(monkeypatch, "PVM_CUDA_LPT", spec, frames, n_seq, 40))
 
 
 @pytest.mark.gpu
@@ -274,14 +281,7 @@ def test_native_cuda_streamed_w1_pass_changes_nothing(name, monkeypatch):
     bit for bit: each row's sums in the same order, and the units not yet enabled left as they were."""
     spec = transitions(name, 40)
     frames = random_frames(spec, 40, n_seq=1, seed=5)
-    states = []
-    for flag in ("0", "1"):
-        monkeypatch.setenv("PVM_CUDA_W1STREAM", flag)
-        eng = build_engine(spec, backend="native", n_seq=1, device="cuda")
-        eng.run(40, iter(frames))
-        states.append(eng.state())
-    for key in STEPPED_STATE:
-        assert np.array_equal(states[0][key], states[1][key]), key
+    assert_same_state(*states_under_switch(monkeypatch, "PVM_CUDA_W1STREAM", spec, frames, 1, 40))
 
 
 @pytest.mark.gpu
@@ -292,14 +292,11 @@ def test_native_cuda_wgmma_products_agree_with_mma(name, n_seq, monkeypatch):
     hopper = float(info["devices"][0]["compute_capability"]) == 9.0 and "90a" in str(info.get("cuda_architectures", ""))
     spec = transitions(name, 40)
     frames = random_frames(spec, 40, n_seq=n_seq)
-    states = []
-    for flag in ("0", "1"):
-        monkeypatch.setenv("PVM_CUDA_WGMMA", flag)
-        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
+
+    def check(eng, flag):
         assert eng.wgmma_products == (flag == "1" and hopper)
-        eng.run(40, iter(frames))
-        states.append(eng.state())
-    errs = relative_errors(states[0], states[1])
+
+    errs = relative_errors(*states_under_switch(monkeypatch, "PVM_CUDA_WGMMA", spec, frames, n_seq, 40, check))
     print(f"{name} n_seq={n_seq} wgmma vs mma.sync: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
     assert max(errs.values()) <= 1e-4, errs
 
@@ -323,8 +320,7 @@ def test_x_ring_built_from_sources_survives_state_and_views(n_seq):
     first.run(15, iter(frames[25:]))
     second.run(15, iter(frames[25:]))
     a, b = first.state(), second.state()
-    for key in STEPPED_STATE:
-        assert np.array_equal(a[key], b[key]), key
+    assert_same_state(a, b)
     cupy = pytest.importorskip("cupy")
     assert np.array_equal(cupy.asnumpy(first.device_view("x_ring")), a["x_ring"])
 
@@ -387,9 +383,7 @@ def test_dataset_checks_its_input():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,n_seq", [("small", 1), ("small", 4), ("tiny", 64)])
 def test_dataset_on_the_gpu_equals_stepping(name, n_seq):
-    a, b = dataset_vs_steps(name, n_seq, 40, "cuda")
-    for key in STEPPED_STATE:
-        assert np.array_equal(a[key], b[key]), key
+    assert_same_state(*dataset_vs_steps(name, n_seq, 40, "cuda"))
 
 
 @pytest.mark.gpu
@@ -415,8 +409,7 @@ def test_error_view_is_the_last_steps_target_minus_prediction(n_seq):
 def test_cupy_dataset_is_used_in_place_and_views_show_device_state():
     cupy = pytest.importorskip("cupy")
     a, b = dataset_vs_steps("small", 1, 30, "cuda", dataset=cupy.asarray)
-    for key in STEPPED_STATE:
-        assert np.array_equal(a[key], b[key]), key
+    assert_same_state(a, b)
     spec = transitions("tiny", 20)
     eng = build_engine(spec, backend="native", n_seq=2, device="cuda")
     eng.run(20, iter(random_frames(spec, 20, n_seq=2)))
