@@ -134,6 +134,22 @@ double time_us(F&& launch, int warmup = 5, int reps = 50, B before = [] {}) {
     return 1000.0 * ms[reps / 2];
 }
 
+// After letting `kernel` have `bytes` of dynamic shared memory: how many of its blocks of `threads` are resident at
+// once on one SM.
+template <class Kernel>
+int resident_per_sm(Kernel kernel, int threads, size_t bytes) {
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
+    return per_sm;
+}
+// The SMs of device 0.
+inline int device_sms() {
+    int sms = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    return sms;
+}
+
 // Device-to-device copy bandwidth (bytes read + written per second) over `bytes`: the memory ceiling.
 inline double copy_bandwidth(size_t bytes) {
     void *src, *dst;

@@ -148,9 +148,7 @@ Case run_case(const char* name, int per_sm_wanted, float* W, float* V, const flo
     const auto kernel = stream<R, C, S, Flat>;
     const size_t need = sizeof(float) * S * stage_floats<R, C>();
     const size_t bytes = std::max(need, size_t{227 * 1024} / per_sm_wanted - 1024);
-    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreadsPB, bytes));
+    const int per_sm = resident_per_sm(kernel, kThreadsPB, bytes);
     const std::vector<Rec> recs = records<R, C>(rb, xb, int64_t{std::max(per_sm, 2)} * sms, Flat);
     Rec* d = to_device(recs);
     const double us = time_us([&] { kernel<<<static_cast<unsigned>(recs.size()), kThreadsPB, bytes>>>(d, W, V, X); }, 3, 30,

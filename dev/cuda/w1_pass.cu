@@ -42,11 +42,7 @@ void launch_mma(const StepArgs& a, const Lists& l, int64_t n) {
 // Resident blocks of `kernel` with `threads` and `bytes` of dynamic shared memory: as many as fit at once (at most n).
 template <class Kernel>
 int64_t resident(Kernel kernel, int threads, size_t bytes, int64_t n) {
-    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    int per_sm = 0, sms = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    return std::min<int64_t>(n, int64_t{per_sm} * sms);
+    return std::min<int64_t>(n, int64_t{resident_per_sm(kernel, threads, bytes)} * device_sms());
 }
 
 void launch_short(const StepArgs& a, const Lists& l, int64_t n) {

@@ -60,12 +60,7 @@ void launch_mma(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
 // The slots the engine balances the pass over (mma_balance_slots, as cuda_engine.cu's mma_slots counts them).
 template <int NS>
 int64_t slots() {
-    constexpr size_t bytes = mma_shared_bytes<NS, true>();
-    CHECK(cudaFuncSetAttribute(weight_pass_mma<RowW0Tiled, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    int per_sm = 0, sms = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, weight_pass_mma<RowW0Tiled, NS>, kMmaThreads, bytes));
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    return mma_balance_slots(per_sm, sms);
+    return mma_balance_slots(resident_per_sm(weight_pass_mma<RowW0Tiled, NS>, kMmaThreads, mma_shared_bytes<NS, true>()), device_sms());
 }
 int64_t mma_slots(int64_t n) {
     return by_mma_bucket(n, [](auto bucket) { return slots<decltype(bucket)::value>(); });
@@ -81,13 +76,7 @@ void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, const int32_t*,
 // on span_list's blocks: how many of them are resident at once, and a launch.
 template <int NS, int S, int A>
 int64_t span_blocks_of() {
-    constexpr auto kernel = w0_span_pass<NS, Precision::kFp32, S, A>;
-    constexpr size_t bytes = span_shared_bytes<NS, S>();
-    int per_sm = 0, sms = 0;
-    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSpanThreads, bytes));
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    return int64_t{per_sm} * sms;
+    return int64_t{resident_per_sm(w0_span_pass<NS, Precision::kFp32, S, A>, kSpanThreads, span_shared_bytes<NS, S>())} * device_sms();
 }
 template <int NS, int S, int A>
 void launch_span(const StepArgs& a, const int32_t* segments, const int32_t* first, int64_t n_blocks) {
