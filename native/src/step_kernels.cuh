@@ -572,13 +572,14 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // This thread's shared-memory writes are ordered before later bulk copies (the copy engine's proxy) that read them.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Thread 0 sets up the S stage barriers of a pipeline of math threads and a copy warp (the block syncs after): `full`
-// counts the math threads' copies (cp.async arrivals) and the copy warp's bytes, `computed` one arrival per math warp.
+// counts the math threads' copies (cp.async arrivals) and the copy warp's bytes, `computed` the math threads' arrivals
+// once they are done with a stage (computed_arrivals of them: one per warp, or one per thread).
 template <int S>
-__device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* computed, int math_threads) {
+__device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* computed, int math_threads, int computed_arrivals) {
     if (threadIdx.x != 0) return;
     for (int i = 0; i < S; ++i) {
         barrier_init(&full[i], math_threads + 1);
-        barrier_init(&computed[i], math_threads / kWarp);
+        barrier_init(&computed[i], computed_arrivals);
     }
     barrier_init_fence();
 }

@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(kSpanThreads, span_blocks_per_sm<NS>())
         const int c = e % kMmaCols, q = n + (e / kMmaCols) % (NS - n), half = (e / kMmaCols / (NS - n)) % 2;
         span_smem[e / kMmaCols / (NS - n) / 2 * kStageFloats + kInputs + mma_input_at(half * NS + q, c)] = 0.0f;
     }
-    init_stage_barriers<S>(full, computed, kSpanMathThreads);
+    init_stage_barriers<S>(full, computed, kSpanMathThreads, kSpanMathThreads / kWarp);
     __syncthreads();
     int n_chunks = 0;
     for (int i = 0; i < segs.count; ++i) n_chunks += segs[i].end_chunk - segs[i].first_chunk;
