@@ -377,11 +377,16 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
 #pragma unroll
                 for (int q = 0; q < NS; ++q) p[t][q] = 0.0f;
             int64_t j = g;
+            const int rk = RG * static_cast<int>(K);  // (a unit's W1 is far below 2^31 floats)
             for (; j + (U - 1) * RG < M; j += U * RG) {
                 float w[U];  // with one chain per sequence, the U loads are written first (56 against 80 us at 16)
+                // and, with one chain, off the trip's first row at 32-bit offsets: 73 -> 64 registers at 4 sequences,
+                // so 4 blocks a SM instead of 3 (H200, frames/s: small +0.6%, med +0.8%, LARGE +2.2%). With P = 4 the
+                // same form lost 14% at one sequence (its hidden deltas 15.9 -> 32.4 us) and nothing at two.
+                const float* wj = W1 + j * K + k;
 #pragma unroll
                 for (int t = 0; t < U; ++t)
-                    if constexpr (P == 1) w[t] = W1[(j + t * RG) * K + k];
+                    if constexpr (P == 1) w[t] = wj[t * rk];
 #pragma unroll
                 for (int t = 0; t < U; ++t) {
                     if constexpr (P != 1) w[t] = W1[(j + t * RG) * K + k];  // (14.1 against 18.2 us at 1)
