@@ -320,6 +320,32 @@ __global__ void accumulate_metrics(StepArgs a) {
     }
 }
 
+// An L2 policy keeping what it touches past ordinary lines (evict_last), and a load under a policy (sm_80+). W1 and V1
+// at 1-2 sequences (kHintedSeqs: w1_stream_pass's buckets) are read and written under it, so that more of them are
+// still in L2 when the next step's hidden deltas and W1 pass come back to them while W0 and V0 stream through. H200,
+// frames/s against no hints, one sequence (two runs of 2-3 rounds): small +0.7 / +1.7%, med +0.4 / +0.8%, LARGE
+// +0.9 / +1.9%; two sequences 0.0%, 0.0%, +0.5%. A persisting share of L2 for them (cudaLimitPersistingL2CacheSize,
+// min(W1 + V1, 37.5 MiB)) lost 14% (small) to 51% (LARGE) at one sequence: the W0 pass, left the rest of L2 for its
+// writes, slowed from 67 to 87 us (small) and 131 to 290 us (med).
+constexpr int kHintedSeqs = 2;
+__device__ __forceinline__ uint64_t l2_evict_last() {
+    uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+#endif
+    return policy;
+}
+__device__ __forceinline__ float load_with(const float* p, uint64_t policy) {
+    float v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("ld.global.L2::cache_hint.f32 %0, [%1], %2;\n" : "=f"(v) : "l"(p), "l"(policy));
+#else
+    (void)policy;
+    v = *p;
+#endif
+    return v;
+}
+
 // delta_h = g(h(s-2)) * sum_j W1[j,k] delta_out_j with the current (pre-update) W1, stored multiplied
 // by the unit's rate as the update uses it. One block per unit, and W1 read once for up to NS
 // sequences (n_seq <= NS, a compile-time bucket): thread (g, k) sums the rows j = g mod RG of column k
@@ -366,6 +392,10 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     const float* __restrict__ W1 = a.weights + a.w1_off[u];
     const float* __restrict__ d = a.delta_out + a.y_off[u];
     const float lr = a.unit_lr[u];
+    // Up to kHintedSeqs sequences W1 is read under evict_last, as w1_stream_pass reads and writes it. (load_with's
+    // asm is not volatile, so it may move, but not above the wait: its address depends on u, loaded after it.)
+    constexpr bool kKeep = NS <= kHintedSeqs;
+    const uint64_t keep = kKeep ? l2_evict_last() : 0;
     __shared__ float part[RG][NS][kCols];
 
     for (int64_t k0 = 0; k0 < H; k0 += kCols) {
@@ -389,7 +419,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
                     if constexpr (P == 1) w[t] = wj[t * rk];
 #pragma unroll
                 for (int t = 0; t < U; ++t) {
-                    if constexpr (P != 1) w[t] = W1[(j + t * RG) * K + k];  // (14.1 against 18.2 us at 1)
+                    if constexpr (P != 1) w[t] = kKeep ? load_with(&W1[(j + t * RG) * K + k], keep) : W1[(j + t * RG) * K + k];  // (14.1 against 18.2 us at 1)
 #pragma unroll
                     for (int q = 0; q < NS; ++q)
                         if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * RG]));
@@ -398,7 +428,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
             if (j < M) {  // the last rows (fewer than U): one trip, loads first, adds where a row exists
                 float w[U];
 #pragma unroll
-                for (int t = 0; t < U; ++t) w[t] = j + t * RG < M ? W1[(j + t * RG) * K + k] : 0.0f;
+                for (int t = 0; t < U; ++t) w[t] = j + t * RG < M ? (kKeep ? load_with(&W1[(j + t * RG) * K + k], keep) : W1[(j + t * RG) * K + k]) : 0.0f;
 #pragma unroll
                 for (int t = 0; t < U; ++t) {
                     if (j + t * RG >= M) break;
@@ -562,9 +592,20 @@ __device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned
                  "l"(src), "r"(bytes), "r"(shared_address(bar))
                  : "memory");
 }
+// The same, with an L2 eviction policy (l2_evict_last).
+__device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned bytes, uint64_t* bar, uint64_t policy) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(shared_address(dst)),
+                 "l"(src), "r"(bytes), "r"(shared_address(bar)), "l"(policy)
+                 : "memory");
+}
 // bytes from shared src to global dst, in this thread's current bulk group (bulk_commit closes it).
 __device__ __forceinline__ void bulk_store(float* dst, const float* src, unsigned bytes) {
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(shared_address(src)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_store(float* dst, const float* src, unsigned bytes, uint64_t policy) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;\n" ::"l"(dst), "r"(shared_address(src)),
+                 "r"(bytes), "l"(policy)
                  : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }

@@ -102,13 +102,14 @@ __device__ void stream_copies(const StepArgs& a, const int64_t* records, int cou
         await_prior_kernels();
         return;
     }
+    const uint64_t keep = l2_evict_last();  // (W1 and V1 under evict_last: step_kernels.cuh, kHintedSeqs)
     const auto load = [&](int i) {
         const StreamSpan sp(short_tile(records + kShortTileInts * i));
         float* st = smem + (i % S) * kStageFloats;
         const unsigned bytes = static_cast<unsigned>((sp.end + 3) / 4 * 16);  // (W and V have 4 floats allocated past their end)
         barrier_expect(&full[i % S], 2 * bytes);
-        bulk_load(st, a.weights + sp.g0, bytes, &full[i % S]);
-        bulk_load(st + kStreamSpan, a.weights + sp.g0 + v_minus_w, bytes, &full[i % S]);
+        bulk_load(st, a.weights + sp.g0, bytes, &full[i % S], keep);
+        bulk_load(st + kStreamSpan, a.weights + sp.g0 + v_minus_w, bytes, &full[i % S], keep);
     };
     for (int i = 0; i < kAhead && i < count; ++i) load(i);
     await_prior_kernels();
@@ -119,8 +120,8 @@ __device__ void stream_copies(const StepArgs& a, const int64_t* records, int cou
             const float* st = smem + (k % S) * kStageFloats + sp.whole_lo;
             float* dst = a.weights + sp.g0 + sp.whole_lo;
             const unsigned bytes = static_cast<unsigned>((sp.whole_hi - sp.whole_lo) * sizeof(float));
-            bulk_store(dst, st, bytes);
-            bulk_store(dst + v_minus_w, st + kStreamSpan, bytes);
+            bulk_store(dst, st, bytes, keep);
+            bulk_store(dst + v_minus_w, st + kStreamSpan, bytes, keep);
         }
         bulk_commit();
         if (k + kAhead < count) {
@@ -238,6 +239,7 @@ template <int NS>
 __global__ void __launch_bounds__(kStreamThreads) w1_stream_pass(StepArgs a, const int64_t* __restrict__ tiles, int n_tiles) {
     constexpr int S = stream_stages<NS>();
     static_assert(NS >= 1 && NS <= kStreamMaxSeqs && kStreamInputsAhead < S, "a stage is refilled after its store has read it");
+    static_assert(kStreamMaxSeqs <= kHintedSeqs, "the hidden deltas read W1 as evict_last where this pass keeps it");
 #if PVM_BULK_COPIES
     extern __shared__ __align__(128) float stream_smem[];
     __shared__ uint64_t full[S], computed[S];
