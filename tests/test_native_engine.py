@@ -302,10 +302,10 @@ def test_native_cuda_wgmma_products_agree_with_mma(name, n_seq, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n_seq", [12, 72])
+@pytest.mark.parametrize("n_seq", [3, 12, 72])
 def test_x_ring_built_from_sources_survives_state_and_views(n_seq):
-    """From 5 sequences a row of the CUDA x ring holds the step's sources (κ(h) once per hidden entry, then
-    the other inputs) and W0's pass (12) or products (72) gather x from it: x_ring is rebuilt for state() and
+    """From 3 sequences a row of the CUDA x ring holds the step's sources (κ(h) once per hidden entry, then
+    the other inputs) and W0's pass (3, 12) or products (72) gather x from it: x_ring is rebuilt for state() and
     device_view(), and a state loaded into a fresh engine goes on bit for bit."""
     spec = transitions("tiny", 40)
     frames = random_frames(spec, 40, n_seq=n_seq, seed=3)

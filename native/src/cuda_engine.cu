@@ -30,11 +30,14 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 }
 
 // How a step's work is split by n_seq (benchmarks/NOTES.md has the measurements behind each bound):
-// - W0 and W1 passes: up to 4 sequences one fused FMA pass per weight row serves them all
-//   (weight_pass_multi); from kMmaMinSeqs to kMmaMaxSeqs one pass on tensor cores (weight_pass_mma, one
-//   read of W and V per step for all sequences: 23.2k, 26.7k, 30.6k, 34.2k frames/s at 5-8 on an H200,
-//   small, against 22.3k, 25.3k, 28.7k, 31.5k with the FMA passes; a tie at 4); above, forward and
-//   update as separate per-unit products on tensor cores (mma_product). The W1 pass ends earlier, at
+// - W0 and W1 passes: at 2 sequences one fused FMA pass per weight row serves both (weight_pass_multi); from
+//   kMmaMinSeqs to kMmaMaxSeqs one pass on tensor cores (weight_pass_mma or w0_span_pass, one read of W and V per
+//   step for all sequences; with the x ring holding the step's sources, kBuiltInputsMinSeqs); above, forward and
+//   update as separate per-unit products on tensor cores (mma_product). When the tensor-core pass was first
+//   written it won from 5 sequences (H200, small: 23.2k, 26.7k, 30.6k, 34.2k frames/s at 5-8 against 22.3k, 25.3k,
+//   28.7k, 31.5k; a tie at 4); with its span pass and the sources ring it wins from 3 (H200, frames/s against the
+//   FMA passes at 3 / 4 sequences: small +5.6 / +7.8%, med +8.8 / +10.7%, LARGE +10.4 / +11.6%; the gather phase
+//   on LARGE 26.8 -> 10.2 us, W0's 477 -> 426 us). The W1 pass ends earlier, at
 //   kMmaW1MaxSeqs: with 33-64 sequences its 50-float rows leave the pass at one block per SM (153 us at
 //   64 against 98 us for the two W1 products), while the W0 pass still beats its products (287 against
 //   395 us at 64). From 2 to kMmaW1MaxSeqs sequences W1's rows of up to kShortMaxLen entries go in 64-row
@@ -46,7 +49,7 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   between the warps (hidden_deltas_split, where W1's rows are short), else a per-unit product. The squared
 //   errors are summed per output by output_deltas, per unit and layer only when the metrics are taken
 //   (take_metric_sums).
-constexpr int64_t kMmaMinSeqs = 5, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9, kHiddenProductSeqs = 5;
+constexpr int64_t kMmaMinSeqs = 3, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9, kHiddenProductSeqs = 5;
 // The hidden deltas' split sums up to this many sequences (H100, small, bench against the product: 5 +12.3%,
 // 8 +11.0%, 16 +4.1%, 32 -1.6%; workbench at 32: 34.0 against 30.9 us).
 constexpr int64_t kSplitMaxSeqs = 16;
@@ -76,7 +79,7 @@ int32_t pack_source(int64_t src, int kind) {
 }
 
 // What a row of the x ring holds (one sequence, one step) and what assemble_inputs writes into it.
-// Materialised (up to 4 sequences, where the FMA passes read x's rows whole): the inputs, entry i at i.
+// Materialised (up to 2 sequences, where the FMA passes read x's rows whole): the inputs, entry i at i.
 // Built (from kBuiltInputsMinSeqs; CudaEngine::built_inputs): the step's sources, kappa(h(s-1)) once per
 // hidden entry in h's layout, then the other inputs (frame pixels, x(s-1)'s signal, 1s) in input order;
 // index places every input in that row, and W0's pass (up to 64 sequences) and products (above) gather
@@ -149,17 +152,12 @@ std::vector<int32_t> row_blocks(int64_t n_units, int per_block, const std::funct
     return out;
 }
 
-// The fused row pass for 2 <= n < kMmaMinSeqs sequences, G lanes per row, D columns per lane per staged chunk.
+// The fused row pass of 2 sequences (below kMmaMinSeqs), G lanes per row, D columns per lane per staged chunk.
 template <class Row, int G, int D>
-void launch_multi(int64_t n, const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
-    static_assert(kMmaMinSeqs == 5, "the fused row pass serves 2 to 4 sequences");
-    const unsigned n_blocks = static_cast<unsigned>(blocks.size() / 3);
-    const int32_t* list = blocks.data();
-    if (n <= 2) {
-        PVM_CUDA_CHECK(launch(kernels::weight_pass_multi<Row, G, 2, D>, n_blocks, kernels::kThreads, 0, a, list));
-    } else {
-        PVM_CUDA_CHECK(launch(kernels::weight_pass_multi<Row, G, 4, D>, n_blocks, kernels::kThreads, 0, a, list));
-    }
+void launch_multi(const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
+    static_assert(kMmaMinSeqs == 3, "the fused row pass serves 2 sequences");
+    PVM_CUDA_CHECK(launch(kernels::weight_pass_multi<Row, G, 2, D>, static_cast<unsigned>(blocks.size() / 3), kernels::kThreads, 0, a,
+                          blocks.data()));
 }
 
 // The tensor-core pass (kMmaMinSeqs <= n <= 64 sequences) in the bucket of 8, 16, 32, 48 or 64 sequences:
@@ -419,7 +417,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     baseline_src_ = DeviceBuffer<int64_t>(placed(t.baseline_src, x_index_host_));
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
-    // W0's pass on tensor cores: at 5-16 and 33-64 sequences on sm_90 (kernels::span_seqs), where its runs fill about
+    // W0's pass on tensor cores: at 3-16 and 33-64 sequences on sm_90 (kernels::span_seqs), where its runs fill about
     // one wave of resident blocks (kernels::spans_pay), in equal spans of those blocks (w0_span_pass; PVM_CUDA_SPANS=0
     // keeps weight_pass_mma, for comparisons); else weight_pass_mma's blocks.
     const char* spans = std::getenv("PVM_CUDA_SPANS");
@@ -832,16 +830,16 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
                     PVM_CUDA_CHECK(launch(weight_pass_single<RowW1, kW1Lanes>, blocks_for(t.y_total * kW1Lanes), T, 0, a));
                 }
             } else {
-                launch_multi<RowW0, kWarp, 8>(n, w0_rows_, a, launch);  // 8 per lane: see weight_pass_multi
+                launch_multi<RowW0, kWarp, 8>(w0_rows_, a, launch);  // 8 per lane: see weight_pass_multi
                 mark("w0 forward+update");
                 if (w1_stream_blocks_ > 0) {
                     launch_stream_w1(a, launch);
                 } else if (w1_short_blocks_ > 0) {  // (H200, small 4: 35 -> 29 us)
                     launch_short_w1(a, launch);
                 } else if (long_w1_rows) {
-                    launch_multi<RowW1, kWarp, 8>(n, w1_rows_, a, launch);
+                    launch_multi<RowW1, kWarp, 8>(w1_rows_, a, launch);
                 } else {
-                    launch_multi<RowW1, kW1Lanes, 8>(n, w1_rows_, a, launch);
+                    launch_multi<RowW1, kW1Lanes, 8>(w1_rows_, a, launch);
                 }
             }
             mark("w1 forward+update");

@@ -28,7 +28,7 @@ struct StepArgs {
     const int64_t *x_off, *y_off, *h_off, *w0_off, *w1_off, *h_bias, *raw_dst, *raw_src, *target_src;
     const int64_t* baseline_src;       // per output: the x(s-2) entry copy-last-frame predicts it with, -1 above layer 0
     const int32_t* x_gather;          // per entry of an x ring row: its source index | its XSource << kGatherKindShift
-    const int32_t* x_index;           // from 5 sequences, per input entry: its place in a ring row (the row holds
+    const int32_t* x_index;           // from 3 sequences, per input entry: its place in a ring row (the row holds
                                       // the step's sources; W0's pass and products gather x through this), else null
     const int32_t* y_unit;
     const int32_t* unit_order;        // 1-4 sequences: the units in the order hidden_deltas takes them, else null
