@@ -27,7 +27,7 @@ if [ -n "${PVM_TESTS:-}" ]; then
         -k "$PVM_TESTS" 2>&1 | grep -E "vs |passed|failed|Error|assert" > "$OUT/tests.txt"
     grep -E "failed|passed|Error" "$OUT/tests.txt" | tail -5
 fi
-if [ -n "${PVM_NCU:-}" ]; then  # PVM_NCU="16": Nsight Compute on a workbench pass at that n_seq (PVM_NCU_KERNEL: weight_pass_multi or weight_pass_mma)
-    ncu --clock-control none --set full -k regex:${PVM_NCU_KERNEL:-weight_pass_multi} -c 1 /tmp/pvm-dev-cuda/weight_pass_multi $PVM_NCU \
+if [ -n "${PVM_NCU:-}" ]; then  # PVM_NCU="16": Nsight Compute on a workbench pass at that n_seq (PVM_NCU_KERNEL: weight_pass_mma or w0_span_pass)
+    ncu --clock-control none --set full -k regex:${PVM_NCU_KERNEL:-weight_pass_mma} -c 1 /tmp/pvm-dev-cuda/weight_pass_mma $PVM_NCU \
         > "$OUT/ncu.txt" 2>&1; grep -E "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Bank|Stall|stall|One or More|Warp Cycles|Issued|L1/TEX Hit|L2 Hit|Executed Ipc" "$OUT/ncu.txt" | head -40
 fi

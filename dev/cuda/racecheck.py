@@ -1,10 +1,10 @@
 """A few steps of the CUDA engine in every fused-pass bucket and in feed-context mode, for compute-sanitizer (the
-shared-memory staging of w1_stream_pass (one sequence), weight_pass_multi, weight_pass_mma, w0_span_pass (tiny at
+shared-memory staging of w1_stream_pass (one and two sequences), weight_pass_mma, w0_span_pass (tiny at
 8-16, 33-64), weight_pass_short, mma_product and wgmma_product (an sm_90a build), the hidden deltas' partial sums),
 also in the opt-in precisions:
     compute-sanitizer --tool racecheck python3 -P dev/cuda/racecheck.py [n_seq ...]
 (with sequence counts: only those cases). tiny's blocks in the span and stream passes walk too few chunks to reuse a
-stage; the workbenches (dev/cuda/weight_pass_multi.cu, w1_pass.cu) run those passes on small.json's shapes, where
+stage; the workbenches (dev/cuda/weight_pass_mma.cu, w1_pass.cu) run those passes on small.json's shapes, where
 they do."""
 import sys
 

@@ -15,7 +15,7 @@ using namespace pvm::kernels;
 namespace {
 
 constexpr int kUnits = 265, kRows = 49, kNs = 16, kThreadsPB = 256;
-int64_t inputs(int64_t u) { return u % 20 == 0 ? 2059 : 788 + (u * 37) % 638; }  // as weight_pass_multi.cu
+int64_t inputs(int64_t u) { return u % 20 == 0 ? 2059 : 788 + (u * 37) % 638; }  // as weight_pass_mma.cu
 int64_t pitch_of(int64_t u) { return (inputs(u) + 3) / 4 * 4; }
 
 struct Rec {            // one block: a run of rows of one unit, chunks [c0, c1)

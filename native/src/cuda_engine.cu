@@ -30,14 +30,15 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 }
 
 // How a step's work is split by n_seq (benchmarks/NOTES.md has the measurements behind each bound):
-// - W0 and W1 passes: at 2 sequences one fused FMA pass per weight row serves both (weight_pass_multi); from
-//   kMmaMinSeqs to kMmaMaxSeqs one pass on tensor cores (weight_pass_mma or w0_span_pass, one read of W and V per
-//   step for all sequences; with the x ring holding the step's sources, kBuiltInputsMinSeqs); above, forward and
-//   update as separate per-unit products on tensor cores (mma_product). When the tensor-core pass was first
-//   written it won from 5 sequences (H200, small: 23.2k, 26.7k, 30.6k, 34.2k frames/s at 5-8 against 22.3k, 25.3k,
-//   28.7k, 31.5k; a tie at 4); with its span pass and the sources ring it wins from 3 (H200, frames/s against the
-//   FMA passes at 3 / 4 sequences: small +5.6 / +7.8%, med +8.8 / +10.7%, LARGE +10.4 / +11.6%; the gather phase
-//   on LARGE 26.8 -> 10.2 us, W0's 477 -> 426 us). The W1 pass ends earlier, at
+// - W0 and W1 passes: one sequence a row pass (weight_pass_single; W1 streamed on sm_90, below); from kMmaMinSeqs
+//   to kMmaMaxSeqs one pass on tensor cores (weight_pass_mma or w0_span_pass, one read of W and V per step for all
+//   sequences; with the x ring holding the step's sources, kBuiltInputsMinSeqs); above, forward and update as
+//   separate per-unit products on tensor cores (mma_product). When the tensor-core pass was first written it won
+//   from 5 sequences over a fused FMA pass (weight_pass_multi; H200, small: 23.2k, 26.7k, 30.6k, 34.2k frames/s at
+//   5-8 against 22.3k, 25.3k, 28.7k, 31.5k; a tie at 4); with its span pass and the sources ring it won from 2, and
+//   the FMA pass went (frames/s against it at 3 / 4 sequences, H200: small +5.6 / +7.8%, med +8.8 / +10.7%, LARGE
+//   +10.4 / +11.6%, LARGE's gather 26.8 -> 10.2 us and W0 phase 477 -> 426 us; at 2, H100: small +3.4%, med +5.2%,
+//   LARGE +5.4%). The W1 pass ends earlier, at
 //   kMmaW1MaxSeqs: with 33-64 sequences its 50-float rows leave the pass at one block per SM (153 us at
 //   64 against 98 us for the two W1 products), while the W0 pass still beats its products (287 against
 //   395 us at 64). From 2 to kMmaW1MaxSeqs sequences W1's rows of up to kShortMaxLen entries go in 64-row
@@ -49,7 +50,7 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   between the warps (hidden_deltas_split, where W1's rows are short), else a per-unit product. The squared
 //   errors are summed per output by output_deltas, per unit and layer only when the metrics are taken
 //   (take_metric_sums).
-constexpr int64_t kMmaMinSeqs = 3, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9, kHiddenProductSeqs = 5;
+constexpr int64_t kMmaMinSeqs = 2, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProductSeqs = 9, kHiddenProductSeqs = 5;
 // The hidden deltas' split sums up to this many sequences (H100, small, bench against the product: 5 +12.3%,
 // 8 +11.0%, 16 +4.1%, 32 -1.6%; workbench at 32: 34.0 against 30.9 us).
 constexpr int64_t kSplitMaxSeqs = 16;
@@ -79,7 +80,7 @@ int32_t pack_source(int64_t src, int kind) {
 }
 
 // What a row of the x ring holds (one sequence, one step) and what assemble_inputs writes into it.
-// Materialised (up to 2 sequences, where the FMA passes read x's rows whole): the inputs, entry i at i.
+// Materialised (one sequence, where the row pass reads x's rows whole): the inputs, entry i at i.
 // Built (from kBuiltInputsMinSeqs; CudaEngine::built_inputs): the step's sources, kappa(h(s-1)) once per
 // hidden entry in h's layout, then the other inputs (frame pixels, x(s-1)'s signal, 1s) in input order;
 // index places every input in that row, and W0's pass (up to 64 sequences) and products (above) gather
@@ -134,30 +135,6 @@ struct NoMark {
 void launch_output_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     const dim3 grid(blocks_for(a.y_total), static_cast<unsigned>(kernels::delta_groups(a.n_seq, a.delta_group)));
     PVM_CUDA_CHECK(launch(kernels::output_deltas, grid, kernels::kThreads, 0, a));
-}
-
-// The blocks of the fused row pass (weight_pass_multi): every unit's rows split into near-equal runs of
-// at most per_block, as (unit, first row, end row) within the unit, in the topology's order. The blocks running
-// together then read neighbouring rows of W and V; longest rows first (as the other lists are ordered) scattered
-// them: H200, frames/s, topology's order against longest first, 2 / 4 sequences: small +0.4 / +0.3%, med +2.9 /
-// +2.0%, LARGE +3.9 / +3.2%. (weight_pass_mma's blocks and the products' tiles keep longest first: in the
-// topology's order med lost 6-9% at 16-64 sequences and small 5.5% at 32 and 256.)
-std::vector<int32_t> row_blocks(int64_t n_units, int per_block, const std::function<int64_t(int64_t)>& rows) {
-    std::vector<int32_t> out;
-    for (int64_t u = 0; u < n_units; ++u) {
-        const int64_t R = rows(u), parts = (R + per_block - 1) / per_block;
-        for (int64_t p = 0; p < parts; ++p)
-            out.insert(out.end(), {static_cast<int32_t>(u), static_cast<int32_t>(p * R / parts), static_cast<int32_t>((p + 1) * R / parts)});
-    }
-    return out;
-}
-
-// The fused row pass of 2 sequences (below kMmaMinSeqs), G lanes per row, D columns per lane per staged chunk.
-template <class Row, int G, int D>
-void launch_multi(const DeviceBuffer<int32_t>& blocks, const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
-    static_assert(kMmaMinSeqs == 3, "the fused row pass serves 2 sequences");
-    PVM_CUDA_CHECK(launch(kernels::weight_pass_multi<Row, G, 2, D>, static_cast<unsigned>(blocks.size() / 3), kernels::kThreads, 0, a,
-                          blocks.data()));
 }
 
 // The tensor-core pass (kMmaMinSeqs <= n <= 64 sequences) in the bucket of 8, 16, 32, 48 or 64 sequences:
@@ -258,10 +235,6 @@ void by_span_bucket(int64_t n, F&& f) {
     if (n <= 48) return f(std::integral_constant<int, 48>{});
     return f(std::integral_constant<int, 64>{});
 }
-
-// weight_pass_short's precision: the engine's, except below kMmaMinSeqs, where every mode computes as the default
-// does (3xTF32 here).
-int short_pass_precision(int64_t n, int precision) { return n < kMmaMinSeqs ? static_cast<int>(Precision::kFp32) : precision; }
 
 // Lets weight_pass_short have its shared memory; returns how many of its blocks are resident at once on the device.
 template <Precision P>
@@ -451,11 +424,9 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
             t.n_units, w0_slots, [&](int64_t) { return t.hidden; }, [&](int64_t u) { return t.inputs(u); });
         w0_rows_ = DeviceBuffer<int32_t>(w0.list);
         cut_run_sums(w0.most_parts, w0.groups);
-    } else if (n > 1 && n < kMmaMinSeqs) {
-        w0_rows_ = DeviceBuffer<int32_t>(row_blocks(t.n_units, kernels::kThreads / kernels::kWarp, [&](int64_t) { return t.hidden; }));
     }
     // W1's pass: from 2 to kMmaW1MaxSeqs sequences in tiles where its rows are short (weight_pass_short), else
-    // weight_pass_multi's or weight_pass_mma's blocks of rows.
+    // weight_pass_mma's blocks of rows.
     const auto w1_runs = [&] {  // W1's rows of H+1 (or H+1+H|ctx|) in runs of up to 64: not split
         return kernels::mma_blocks(t.n_units, 0, [&](int64_t u) { return t.outputs(u); }, [&](int64_t u) { return t.hidden_len(u); })
             .list;
@@ -483,14 +454,11 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     if (w1_stream_blocks_ > 0) {  // (w1_tiles_ holds the streamed pass's records)
     } else if (n > 1 && n <= kMmaW1MaxSeqs && longest <= kernels::kShortMaxLen) {
         w1_tiles_ = DeviceBuffer<int64_t>(kernels::short_tiles(w1_runs(), w1_device, t.y_off, t.h_off));
-        by_precision(short_pass_precision(n, cfg_.precision), [&](auto prec) { w1_short_blocks_ = short_pass_slots<decltype(prec)::value>(n, device_); });
+        by_precision(cfg_.precision, [&](auto prec) { w1_short_blocks_ = short_pass_slots<decltype(prec)::value>(n, device_); });
         // (at least one block: 0 means the other passes)
         w1_short_blocks_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(w1_short_blocks_, w1_tiles_.size() / kernels::kShortTileInts)));
     } else if (mma && n <= kMmaW1MaxSeqs) {
         w1_rows_ = DeviceBuffer<int32_t>(w1_runs());
-    } else if (n > 1 && n < kMmaMinSeqs) {
-        const int w1_lanes = t.raw_context_dst.empty() ? kW1Lanes : kernels::kWarp;
-        w1_rows_ = DeviceBuffer<int32_t>(row_blocks(t.n_units, kernels::kThreads / w1_lanes, [&](int64_t u) { return t.outputs(u); }));
     }
     std::function<int64_t(int64_t)> hidden = [&](int64_t) { return t.hidden; }, seqs = [&](int64_t) { return n; },
                                      inputs = [&](int64_t u) { return t.inputs(u); },
@@ -694,12 +662,13 @@ template <Precision P, class Mark>
 void CudaEngine::enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
     launch_w0_pass<P>(a, launch);
     mark("w0 forward+update");
-    if (w1_short_blocks_ > 0) launch_short_w1(a, launch);
+    if (w1_stream_blocks_ > 0) launch_stream_w1(a, launch);
+    else if (w1_short_blocks_ > 0) launch_short_w1(a, launch);
     else launch_mma<kernels::RowW1, P>(a.n_seq, w1_rows_, a, launch);
     mark("w1 forward+update");
 }
 
-// W0's pass on tensor cores (5 to kMmaMaxSeqs sequences): w0_span_pass's spans where the engine listed them, else
+// W0's pass on tensor cores (kMmaMinSeqs to kMmaMaxSeqs sequences): w0_span_pass's spans where the engine listed them, else
 // weight_pass_mma's blocks.
 template <Precision P>
 void CudaEngine::launch_w0_pass(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
@@ -720,9 +689,8 @@ void CudaEngine::launch_stream_w1(const kernels::StepArgs& a, const kernels::Ste
     });
 }
 
-// In short_pass_precision's precision.
 void CudaEngine::launch_short_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
-    by_precision(short_pass_precision(a.n_seq, cfg_.precision), [&](auto prec) {
+    by_precision(cfg_.precision, [&](auto prec) {
         by_short_bucket(a.n_seq, [&](auto bucket) {
             constexpr int NS = decltype(bucket)::value;
             PVM_CUDA_CHECK(launch(kernels::weight_pass_short<NS, decltype(prec)::value>, static_cast<unsigned>(w1_short_blocks_),
@@ -819,28 +787,14 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
         if (n >= kMmaMinSeqs) {
             by_precision(cfg_.precision, [&](auto prec) { enqueue_mma_passes<decltype(prec)::value>(a, launch, mark); });
         } else {
-            if (n == 1) {
-                PVM_CUDA_CHECK(launch(weight_pass_single<RowW0, kWarp>, blocks_for(t.n_units * t.hidden * kWarp), T, 0, a));
-                mark("w0 forward+update");
-                if (w1_stream_blocks_ > 0) {
-                    launch_stream_w1(a, launch);
-                } else if (long_w1_rows) {
-                    PVM_CUDA_CHECK(launch(weight_pass_single<RowW1, kWarp>, blocks_for(t.y_total * kWarp), T, 0, a));
-                } else {
-                    PVM_CUDA_CHECK(launch(weight_pass_single<RowW1, kW1Lanes>, blocks_for(t.y_total * kW1Lanes), T, 0, a));
-                }
+            PVM_CUDA_CHECK(launch(weight_pass_single<RowW0, kWarp>, blocks_for(t.n_units * t.hidden * kWarp), T, 0, a));
+            mark("w0 forward+update");
+            if (w1_stream_blocks_ > 0) {
+                launch_stream_w1(a, launch);
+            } else if (long_w1_rows) {
+                PVM_CUDA_CHECK(launch(weight_pass_single<RowW1, kWarp>, blocks_for(t.y_total * kWarp), T, 0, a));
             } else {
-                launch_multi<RowW0, kWarp, 8>(w0_rows_, a, launch);  // 8 per lane: see weight_pass_multi
-                mark("w0 forward+update");
-                if (w1_stream_blocks_ > 0) {
-                    launch_stream_w1(a, launch);
-                } else if (w1_short_blocks_ > 0) {  // (H200, small 4: 35 -> 29 us)
-                    launch_short_w1(a, launch);
-                } else if (long_w1_rows) {
-                    launch_multi<RowW1, kWarp, 8>(w1_rows_, a, launch);
-                } else {
-                    launch_multi<RowW1, kW1Lanes, 8>(w1_rows_, a, launch);
-                }
+                PVM_CUDA_CHECK(launch(weight_pass_single<RowW1, kW1Lanes>, blocks_for(t.y_total * kW1Lanes), T, 0, a));
             }
             mark("w1 forward+update");
         }

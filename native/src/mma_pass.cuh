@@ -1,8 +1,8 @@
-// The fused weight pass on tensor cores (the engine uses it for 5 to 64 sequences, W1 up to 32): one read of a unit's W and V per step
+// The fused weight pass on tensor cores (the engine uses it for 2 to 64 sequences, W1 up to 32): one read of a unit's W and V per step
 // serves every sequence, and both per-unit products run as mma.sync m16n8k8 over the sequences:
 //   forward  h(s)[r, q] = phi(sum_c W[r, c] x(s)[q, c])              (rows x sequences, k = columns)
 //   update   G[r, c]    = sum_q lr*delta[r, q] x(s-2)[q, c]           (rows x columns,   k = sequences)
-// then V = mu V + G / n_seq, W = W + V, as weight_pass_multi does with one FMA chain per weight.
+// then V = mu V + G / n_seq, W = W + V (the engine's FMA pass of 2-4 sequences did it with one FMA chain per weight).
 //
 // Precision: 3xTF32. Every operand is split as hi = tf32(v), lo = v - hi (exact in FP32; the tensor
 // core reads its top 19 bits, truncating it to TF32: <= 2^-21 of v), and a product is hi*hi + hi*lo +
@@ -10,10 +10,10 @@
 // Rounding lo as well (two more integer operations per operand) left every error the workbench
 // measures unchanged (dev/cuda/mma_products.cu: 2.1e-6, 2.5e-8, 7.0e-8 against 7.1e-8) and cost 1-3%:
 // the tensor core's FP32 accumulation dominates. Truncating hi as well (one operation fewer) was 2-3%
-// faster but moved the engine's errors (tiny n_seq 64 momentum 4.2e-7 -> 7.2e-7): rejected. Measured (dev/cuda/weight_pass_multi.cu): h within 1.1e-6 of a double reference (FMA
+// faster but moved the engine's errors (tiny n_seq 64 momentum 4.2e-7 -> 7.2e-7): rejected. Measured (dev/cuda/weight_pass_mma.cu): h within 1.1e-6 of a double reference (FMA
 // chains: 6e-8), W and V as exact as before; within the engine's tolerances (pvm-algorithm.md §3.12).
 // TensorMath<P> holds the arithmetic: this default, or the opt-in TF32 and BF16 modes (EngineConfig::precision;
-// their errors and times: dev/cuda/weight_pass_multi.cu and benchmarks/NOTES.md).
+// their errors and times: dev/cuda/weight_pass_mma.cu and benchmarks/NOTES.md).
 // Deterministic: the tensor core's accumulation order is fixed for one device; no atomics.
 //
 // The one fragment layout that serves both products: a lane (g = lane / 4, t = lane % 4) holds W at

@@ -28,7 +28,7 @@ struct StepArgs {
     const int64_t *x_off, *y_off, *h_off, *w0_off, *w1_off, *h_bias, *raw_dst, *raw_src, *target_src;
     const int64_t* baseline_src;       // per output: the x(s-2) entry copy-last-frame predicts it with, -1 above layer 0
     const int32_t* x_gather;          // per entry of an x ring row: its source index | its XSource << kGatherKindShift
-    const int32_t* x_index;           // from 3 sequences, per input entry: its place in a ring row (the row holds
+    const int32_t* x_index;           // from 2 sequences, per input entry: its place in a ring row (the row holds
                                       // the step's sources; W0's pass and products gather x through this), else null
     const int32_t* y_unit;
     const int32_t* unit_order;        // 1-4 sequences: the units in the order hidden_deltas takes them, else null
@@ -640,124 +640,6 @@ __device__ __forceinline__ void copy_async_arrive(uint64_t* bar) {
 #else
 #define PVM_BULK_COPIES 0
 #endif
-
-// 2 <= n_seq <= NS (a compile-time bucket): one pass over W and V per step serves every sequence.
-// A block takes rows [r0, r1) of one unit (listed by the host as (unit, r0, r1)), G lanes per row.
-// The unit's inputs of step s and s-2 for all sequences are staged in shared memory a chunk of
-// C = D*G columns at a time, so the rows of a block read them from L2 once instead of once per row
-// (unstaged, they moved 2*n_seq*4 bytes of L2 traffic per weight: 34% of the copy rate at n_seq 4).
-// Two stages: chunk c+1's inputs are copied asynchronously (cp.async) and its W and V loaded into
-// registers while chunk c is computed. From that one read of W and V, each lane computes the forward
-// sums of step s with the old W and the momentum update with
-// g = (sum over sequences, in order, of lr*delta * a(s-2)) * (1/n_seq). Each row's lr*delta of every
-// sequence sits in registers. Sequences past n_seq in the bucket are staged as zeros. D entries per
-// lane per chunk set the loads in flight: workbench (dev/cuda/weight_pass_multi.cu), H200, W0 from
-// HBM, D = 4 / 8: 2 sequences 100.0 / 76.3 us, 3: 92.4 / 81.6, 4: 94.0 / 83.3 (any D sums in one order).
-template <class Row, int G, int NS, int D>
-__global__ void __launch_bounds__(kThreads, NS <= 4 ? 3 : 2) weight_pass_multi(StepArgs a, const int32_t* __restrict__ blocks) {
-    static_assert(G >= 1 && G <= kWarp && (kWarp % G) == 0, "G divides the warp");
-    constexpr int C = D * G;
-    constexpr int kPass = kThreads / C;  // sequences staged per pass of the block
-    static_assert(kThreads % C == 0, "a pass of the block stages whole columns");
-    let_next_kernel_launch();
-    __shared__ float xs[2][2][NS][C];  // [stage][0: inputs of step s, 1: of step s-2][sequence][column]
-    const int64_t u = blocks[3 * blockIdx.x];
-    const int64_t r = Row::first_row(a, u) + blocks[3 * blockIdx.x + 1] + threadIdx.x / G;
-    const bool live_row = blocks[3 * blockIdx.x + 1] + static_cast<int>(threadIdx.x / G) < blocks[3 * blockIdx.x + 2];
-    const int lane = static_cast<int>(threadIdx.x % G);
-    const int64_t len = Row::length(a, u), base = Row::weight_base(a, live_row ? r : Row::first_row(a, u), u, len);
-    float* __restrict__ W = a.weights + base;
-    float* __restrict__ V = a.velocity + base;
-    float w_next[D], v_next[D];
-    const auto fetch_wv = [&](int64_t c0) {  // chunk c0's W and V into registers
-        const int width = static_cast<int>(len - c0 < C ? len - c0 : C);
-#pragma unroll
-        for (int t = 0; t < D; ++t) {
-            const int c = lane + t * G;
-            w_next[t] = (live_row && c < width) ? W[c0 + c] : 0.0f;
-            v_next[t] = (live_row && c < width) ? V[c0 + c] : 0.0f;
-        }
-    };
-    fetch_wv(0);  // while the kernels before this one finish: none of them writes W or V
-    await_prior_kernels();
-    const unsigned mask = G == kWarp ? 0xffffffffu : (((1u << G) - 1u) << ((threadIdx.x % kWarp) / G * G));
-    const int64_t s = *a.step;
-    const int cur = ring_slot(s), old = ring_slot(s - 2);
-    const int n = static_cast<int>(a.n_seq);
-    const float* __restrict__ in = Row::input(a, cur, 0, u);  // sequence q at in + q * stride
-    const float* __restrict__ in_old = Row::input(a, old, 0, u);
-    const int stride = static_cast<int>(Row::input(a, cur, 1, u) - in);
-    const float lr = a.unit_lr[u], mu = a.unit_mu[u], inv_n = 1.0f / static_cast<float>(n);
-    const bool active = !(lr == 0.0f && mu == 0.0f);
-    float ld[NS], acc[NS];
-#pragma unroll
-    for (int q = 0; q < NS; ++q) {
-        ld[q] = (q < n && live_row) ? Row::lr_delta(a, q, r, u) : 0.0f;
-        acc[q] = 0.0f;
-    }
-    const int stage_col = static_cast<int>(threadIdx.x % C), stage_seq = static_cast<int>(threadIdx.x / C);
-    const auto stage_inputs = [&](int64_t c0, int stage) {  // chunk c0's inputs into xs[stage]
-        const int width = static_cast<int>(len - c0 < C ? len - c0 : C);
-        // Thread (h, c) copies column c of sequences h, h + kPass, ... (sequences past n_seq as zeros:
-        // a spare sequence of the bucket then adds nothing).
-        const bool col_ok = stage_col < width;
-#pragma unroll 4
-        for (int q = stage_seq; q < NS; q += kPass) {
-            const bool valid = col_ok && q < n;
-            const int64_t at = valid ? static_cast<int64_t>(q) * stride + c0 + stage_col : 0;
-            copy_async4(&xs[stage][0][q][stage_col], in + at, valid);
-            copy_async4(&xs[stage][1][q][stage_col], in_old + at, valid);
-        }
-        copy_async_commit();
-    };
-    stage_inputs(0, 0);
-    int stage = 0;
-    for (int64_t c0 = 0; c0 < len; c0 += C, stage ^= 1) {
-        const int width = static_cast<int>(len - c0 < C ? len - c0 : C);
-        float w[D], v[D];
-#pragma unroll
-        for (int t = 0; t < D; ++t) {
-            w[t] = w_next[t];
-            v[t] = v_next[t];
-        }
-        if (c0 + C < len) {
-            fetch_wv(c0 + C);
-            stage_inputs(c0 + C, stage ^ 1);
-            copy_async_wait<1>();  // this chunk's inputs have landed; the next chunk's may still fly
-        } else {
-            copy_async_wait<0>();
-        }
-        __syncthreads();
-        if (live_row) {
-#pragma unroll
-            for (int t = 0; t < D; ++t) {
-                const int c = lane + t * G;
-                if (c >= width) break;
-                float g = 0.0f;
-#pragma unroll
-                for (int q = 0; q < NS; ++q) {  // no predicates: a spare sequence has inputs 0 and lr*delta 0
-                    acc[q] = __fmaf_rn(w[t], xs[stage][0][q][c], acc[q]);
-                    g = __fmaf_rn(ld[q], xs[stage][1][q][c], g);
-                }
-                if (active) {
-                    const float vn = __fmaf_rn(mu, v[t], __fmul_rn(g, inv_n));
-                    W[c0 + c] = __fadd_rn(w[t], vn);
-                    V[c0 + c] = vn;
-                } else if (v[t] != 0.0f) {
-                    V[c0 + c] = 0.0f;  // a unit not yet enabled: its update is zero
-                }
-            }
-        }
-        __syncthreads();  // xs[stage] is refilled two chunks on
-    }
-    if (!live_row) return;  // whole groups leave together
-#pragma unroll
-    for (int q = 0; q < NS; ++q) {
-        float total = acc[q];
-        for (int offset = G / 2; offset > 0; offset /= 2) total = __fadd_rn(total, __shfl_xor_sync(mask, total, offset, G));
-        if (lane == 0 && q < n) *Row::output(a, cur, q, r, u) = activation(total, a.polynomial);
-    }
-}
 
 // n_seq = 1: groups of G lanes per row (G = 32 for W0's long rows, 8 for W1's rows of H+1), U loads
 // of W, V and the two inputs per lane in flight per trip, and the row's last entries (fewer than U * G)

@@ -1,4 +1,4 @@
-// W0's pass of 3-16 and 33-64 sequences on sm_90 where its runs fill about one wave of slots (span_seqs, spans_pay:
+// W0's pass of 2-16 and 33-64 sequences on sm_90 where its runs fill about one wave of slots (span_seqs, spans_pay:
 // small.json, not med or LARGE): weight_pass_mma's arithmetic (TensorMath<P>, the same fragments and the same sums
 // in the same order per chunk), scheduled differently.
 //
@@ -36,7 +36,7 @@ namespace kernels {
 
 constexpr int kSpanMathThreads = kMmaThreads;           // 8 math warps: 4 row tiles x 2 column slots
 constexpr int kSpanThreads = kSpanMathThreads + kWarp;  // and the copy warp
-// The sequence counts it serves (on sm_90): 3-16 (from kMmaMinSeqs), two blocks a SM, and 33-64, one (the buckets of
+// The sequence counts it serves (on sm_90): 2-16 (from kMmaMinSeqs), two blocks a SM, and 33-64, one (the buckets of
 // 48 and 64). At 17-32 (one block a SM: the math needs 141 registers, and 2 blocks of 9 warps leave 96 on the sub-partition that
 // holds 5 of them) it was level with weight_pass_mma on small (24 / 32 sequences -0.5 / +0.6%) and lost 8-9% on med
 // and LARGE, so weight_pass_mma stays there. H200 engine A/B, small at 48 / 64: +3.3 / +2.7%.

@@ -15,8 +15,8 @@
 //     the same barrier), then compute a row per 8 lanes (each lane its entries lane, lane + 8, ... in turn, then the
 //     8 lanes' sums by xor shuffles); the elements of a span's two end groups, which a neighbouring tile shares,
 //     they store themselves. One sequence computes as weight_pass_single<RowW1, 8> does, bit-identical to it; two
-//     as weight_pass_multi<RowW1, 8> does (FMA chains over the sequences; weight_pass_short's tiles, which the
-//     engine runs from 3 sequences, compute in 3xTF32).
+//     in FMA chains over the sequences, as the engine's fused FMA pass of 2-4 sequences did before those moved to
+//     tensor cores (weight_pass_short's tiles, which the engine runs from 3 sequences, compute in 3xTF32).
 // A unit not yet enabled (lr = mu = 0) writes its W unchanged and its V as zeros, as weight_pass_single leaves them.
 #pragma once
 
@@ -196,7 +196,7 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
                 if constexpr (NS == 1) {  // weight_pass_single's arithmetic
                     acc[0] = __fadd_rn(acc[0], __fmul_rn(w, xs[c]));
                     vn = __fmaf_rn(mu, v, __fmul_rn(ld[0], xs[kStreamX + c]));
-                } else {  // weight_pass_multi's (spare sequences: inputs 0, lr*delta 0)
+                } else {  // FMA chains over the sequences (spare sequences: inputs 0, lr*delta 0)
                     float g = 0.0f;
 #pragma unroll
                     for (int q = 0; q < NS; ++q) {

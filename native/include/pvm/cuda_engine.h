@@ -1,4 +1,4 @@
-// The native engine on one CUDA GPU. One step is a handful of kernels (up to 4 sequences: assemble
+// The native engine on one CUDA GPU. One step is a handful of kernels (up to 64 sequences: assemble
 // inputs, output deltas, hidden deltas, metrics, the fused W0 pass, the fused W1 pass, advance the
 // step counter; more sequences: matrix products on tensor cores in place of the passes), captured
 // once as a CUDA graph and replayed. The step counter and the per-unit rates live in device memory
@@ -110,13 +110,12 @@ private:
     DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
     // Tiles of the many-sequence products (unit_products.cuh): (unit, first m, first n), longest sums first.
     DeviceBuffer<int32_t> w0_forward_, w1_forward_, hidden_deltas_, w0_update_, w1_update_;
-    // Blocks of the fused row passes for 2..64 sequences (weight_pass_multi below kMmaMinSeqs, then
-    // weight_pass_mma): (unit, first row, end row). W0's pass on w0_span_pass instead: its segments
+    // Blocks of the tensor-core passes for 2..64 sequences (weight_pass_mma): (unit, first row, end row). W0's pass on w0_span_pass instead: its segments
     // (kernels::SpanSegment, 8 words each), and per block its first (w0_span_first_, empty where weight_pass_mma runs).
     DeviceBuffer<int32_t> w0_rows_, w1_rows_, w0_span_first_;
     DeviceBuffer<int64_t> w0_spans_;
     // W1's pass on weight_pass_short (short_rows_pass.cuh) where its rows are short, 2 to kMmaW1MaxSeqs sequences:
-    // the tiles' records, and the resident blocks that walk them (0: weight_pass_multi's or weight_pass_mma's pass).
+    // the tiles' records, and the resident blocks that walk them (0: weight_pass_mma's pass).
     // Up to kStreamMaxSeqs sequences on sm_90 instead, the same records in tiles of kStreamRows walked by w1_stream_pass's
     // w1_stream_blocks_ resident blocks (0: the other passes).
     DeviceBuffer<int64_t> w1_tiles_;

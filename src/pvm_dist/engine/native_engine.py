@@ -231,7 +231,7 @@ class NativeEngine(EngineBase):
 
         The engine is synchronised first, so the view shows every queued step; after more steps call
         :meth:`synchronize` before reading it again. ``error`` is the exception: it is rebuilt from the rings
-        only when asked for, so ask again (:meth:`error_view`) after more steps. So is ``x_ring`` from 3
+        only when asked for, so ask again (:meth:`error_view`) after more steps. So is ``x_ring`` from 2
         sequences, where the engine keeps each step's sources rather than x, and so are ``weights`` and
         ``momentum``, whose W0 rows the engine keeps padded to 16 bytes (writing those views changes
         nothing). The view stays valid while the engine lives.

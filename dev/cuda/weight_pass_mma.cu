@@ -1,13 +1,14 @@
-// Workbench: the fused W0 pass for 2..64 sequences, both engine versions (the engine's own code):
-// weight_pass_multi (native/src/step_kernels.cuh, FMA chains, n_seq <= 16) and weight_pass_mma
-// (native/src/mma_pass.cuh, 3xTF32 tensor cores, any n_seq up to 64), against a CPU reference, and timed.
+// Workbench: the W0 pass for 2..64 sequences on tensor cores (the engine's own code): weight_pass_mma
+// (native/src/mma_pass.cuh, 3xTF32, any n_seq up to 64) and w0_span_pass (native/src/w0_span_pass.cuh, sm_90), against
+// a CPU reference, and timed. (Until the tensor-core pass took 2-4 sequences too, this file also ran the fused FMA pass,
+// weight_pass_multi, that the engine used there: benchmarks/NOTES.md has its numbers.)
 // One step of the W0 rows of a small.json-like layer stack: 265 units of 49 hidden rows, inputs of
-// unequal lengths; W0 on the device in the engine's layouts (rows pitched to 16 bytes; for the mma pass also
-// column tiles, the engine's layout for it, beside pitched rows). Checks h(s) = phi(W0 x(s)) and the momentum update
+// unequal lengths; W0 on the device in the engine's layouts (column tiles, the engine's layout for the pass, beside
+// rows pitched to 16 bytes). Checks h(s) = phi(W0 x(s)) and the momentum update
 // with the (s-2) inputs for every n_seq given, then times each and reports the weight traffic
 // (16 bytes per weight: W, V read and written) against the device-to-device copy bandwidth.
-//   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o weight_pass_multi weight_pass_multi.cu
-//   ./weight_pass_multi [n_seq ...]        (default: 2 4 8 13 16 32 64)
+//   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o weight_pass_mma weight_pass_mma.cu
+//   ./weight_pass_mma [n_seq ...]        (default: 2 4 8 13 16 32 64)
 // The mma pass runs in the default precision (3xTF32) and in the opt-in TF32 and BF16 modes.
 #include "../../native/src/mma_pass.cuh"
 #include "../../native/src/w0_span_pass.cuh"
@@ -22,33 +23,6 @@ namespace {
 // mean 1084, 10-90% 788..1425), where the longest units set the pass's time. (The outputs serve no W0 row.)
 int64_t inputs(int64_t u) { return u % 20 == 0 ? 2059 : 788 + (u * 37) % 638; }
 int64_t outputs(int64_t) { return 150; }
-
-// (unit, first row, end row) blocks of at most per_block rows, as row_blocks in cuda_engine.cu builds them.
-std::vector<int32_t> row_blocks(int64_t per_block) {
-    std::vector<int32_t> out;
-    const int64_t parts = (kHidden + per_block - 1) / per_block;
-    for (int64_t u = 0; u < kUnits; ++u)
-        for (int64_t p = 0; p < parts; ++p)
-            out.insert(out.end(), {static_cast<int32_t>(u), static_cast<int32_t>(p * kHidden / parts),
-                                   static_cast<int32_t>((p + 1) * kHidden / parts)});
-    return out;
-}
-
-template <int NS, int D>
-void launch(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
-    weight_pass_multi<RowW0, kWarp, NS, D><<<static_cast<unsigned>(n_blocks), kThreads>>>(a, blocks);
-}
-
-// D entries per lane per chunk: 4, or 8 up to 4 sequences (8 and 16 would need over 48 KB of staging).
-template <int D>
-void launch_multi(const StepArgs& a, const int32_t* blocks, const int32_t*, int64_t n_blocks, int64_t n) {
-    if (n <= 2) launch<2, D>(a, blocks, n_blocks);
-    else if (n <= 4 || D != 4) launch<4, D>(a, blocks, n_blocks);
-    else if constexpr (D == 4) {
-        if (n <= 8) launch<8, D>(a, blocks, n_blocks);
-        else launch<16, D>(a, blocks, n_blocks);
-    }
-}
 
 template <int NS, Precision P, class Row>
 void launch_mma(const StepArgs& a, const int32_t* blocks, int64_t n_blocks) {
@@ -72,7 +46,7 @@ void launch_mma_bucket(const StepArgs& a, const int32_t* blocks, const int32_t*,
     by_mma_bucket(n, [&](auto bucket) { launch_mma<decltype(bucket)::value, P, Row>(a, blocks, n_blocks); });
 }
 
-// w0_span_pass (sm_90: the engine's pass of 5-16 and 33-64 sequences, on small) with S stages, A chunks in flight,
+// w0_span_pass (sm_90: the engine's pass of 2-16 and 33-64 sequences, on small) with S stages, A chunks in flight,
 // on span_list's blocks: how many of them are resident at once, and a launch.
 template <int NS, int S, int A>
 int64_t span_blocks_of() {
@@ -109,17 +83,16 @@ int64_t span_blocks_any(int64_t n) {
     });
 }
 
-// One kernel version: its name, rows per block (0: weight_pass_mma's blocks, mma_blocks with `split`:
-// runs longer than the mean load of a resident block split, as the engine does), and how it is launched.
+// One kernel version: its name, how it is launched, and its blocks (weight_pass_mma's: mma_blocks, with `split` runs
+// longer than the mean load of a resident block split, as the engine does; w0_span_pass's: span_list's).
 struct Version {
     const char* name;
-    int64_t rows_per_block;
     void (*launch)(const StepArgs&, const int32_t*, const int32_t*, int64_t, int64_t);
     double tol;  // relative error allowed against the double reference
     bool split = false;
     bool tiled = false;  // W0 in column tiles (else pitched rows)
     int64_t (*spans)(int64_t) = nullptr;  // w0_span_pass: its block count for n sequences (span_list's blocks)
-    bool sources = false;  // x as rows of the step's sources with an index (the engine's from 5 sequences)
+    bool sources = false;  // x as rows of the step's sources with an index (the engine's from 2 sequences)
 };
 
 bool check_and_time(const Layout& pitched, const Layout& tiled, int64_t n, double copy_bw, const Version& ver) {
@@ -180,9 +153,6 @@ bool check_and_time(const Layout& pitched, const Layout& tiled, int64_t n, doubl
         n_blocks = static_cast<int64_t>(sl.first.size()) - 1;
         a.mma_partial = dev.put(std::vector<float>(sl.most_parts * n * kUnits * kHidden, 0.0f));
         a.mma_count = dev.put(std::vector<int32_t>(sl.runs, 0));
-    } else if (ver.rows_per_block > 0) {
-        host_blocks = row_blocks(ver.rows_per_block);
-        n_blocks = static_cast<int64_t>(host_blocks.size() / 3);
     } else {
         const MmaBlocks mb = mma_blocks(kUnits, ver.split ? mma_slots(n) : 0, [](int64_t) { return kHidden; },
                                         [&](int64_t u) { return L.x_off[u + 1] - L.x_off[u]; });
@@ -226,34 +196,30 @@ int main(int argc, char** argv) {
     std::printf("W0: %ld weights (%.1f MB of W and V); copy bandwidth %.2f TB/s\n", static_cast<long>(L.n_w0),
                 8.0 * L.n_w0 / 1e6, copy_bw / 1e12);
     bool ok = true;
-    const Version multi{"weight_pass_multi (FMA), D = 4", 8, launch_multi<4>, 1e-6},
-        multi8{"weight_pass_multi (FMA), D = 8 (the engine at 2-4)", 8, launch_multi<8>, 1e-6},
-        // TF32 pairs keep 22 of 24 bits.
-        mma{"weight_pass_mma (3xTF32), W0 tiled, long runs split (engine)", 0, launch_mma_bucket, 2e-6, true, true},
-        mma_rows{"weight_pass_mma, W0 in pitched rows, split", 0, launch_mma_bucket<Precision::kFp32, RowW0>, 2e-6, true},
-        mma_unit{"weight_pass_mma, W0 tiled, a block per unit", 0, launch_mma_bucket, 2e-6, false, true},
+    // TF32 pairs keep 22 of 24 bits.
+    const Version mma{"weight_pass_mma (3xTF32), W0 tiled, long runs split (engine)", launch_mma_bucket, 2e-6, true, true},
+        mma_rows{"weight_pass_mma, W0 in pitched rows, split", launch_mma_bucket<Precision::kFp32, RowW0>, 2e-6, true},
+        mma_unit{"weight_pass_mma, W0 tiled, a block per unit", launch_mma_bucket, 2e-6, false, true},
         // The opt-in precision modes (issue 12 item 3): their errors against the double reference are the point;
         // the tolerances only catch a broken fragment layout (TF32 keeps 10 mantissa bits, BF16 7).
-        mma_tf32{"weight_pass_mma, TF32 (one product)", 0, launch_mma_bucket<Precision::kTf32>, 2e-3, true, true},
-        mma_bf16{"weight_pass_mma, BF16 operands", 0, launch_mma_bucket<Precision::kBf16>, 2e-2, true, true},
-        span43{"w0_span_pass, 4 stages, 3 ahead (engine, 5-16)", 0, launch_span_bucket<4, 3>, 2e-6, false, true, span_blocks<4, 3>},
-        span42{"w0_span_pass, 4 stages, 2 ahead", 0, launch_span_bucket<4, 2>, 2e-6, false, true, span_blocks<4, 2>},
-        span54{"w0_span_pass, 5 stages, 4 ahead", 0, launch_span_bucket<5, 4>, 2e-6, false, true, span_blocks<5, 4>},
-        // The same two on x as rows of sources (the engine's x from 5 sequences).
-        mma_src{"weight_pass_mma, W0 tiled, split, x from sources (engine)", 0, launch_mma_bucket, 2e-6, true, true, nullptr, true},
-        span_src{"w0_span_pass, 4 stages, 3 ahead, x from sources (engine)", 0, launch_span_bucket<4, 3>, 2e-6, false, true,
+        mma_tf32{"weight_pass_mma, TF32 (one product)", launch_mma_bucket<Precision::kTf32>, 2e-3, true, true},
+        mma_bf16{"weight_pass_mma, BF16 operands", launch_mma_bucket<Precision::kBf16>, 2e-2, true, true},
+        span43{"w0_span_pass, 4 stages, 3 ahead (engine, 2-16)", launch_span_bucket<4, 3>, 2e-6, false, true, span_blocks<4, 3>},
+        span42{"w0_span_pass, 4 stages, 2 ahead", launch_span_bucket<4, 2>, 2e-6, false, true, span_blocks<4, 2>},
+        span54{"w0_span_pass, 5 stages, 4 ahead", launch_span_bucket<5, 4>, 2e-6, false, true, span_blocks<5, 4>},
+        // The same two on x as rows of sources (the engine's x from 2 sequences).
+        mma_src{"weight_pass_mma, W0 tiled, split, x from sources (engine)", launch_mma_bucket, 2e-6, true, true, nullptr, true},
+        span_src{"w0_span_pass, 4 stages, 3 ahead, x from sources (engine)", launch_span_bucket<4, 3>, 2e-6, false, true,
                  span_blocks<4, 3>, true},
-        span_wide{"w0_span_pass, engine shape, x from sources (17-64: one block a SM)", 0, launch_span_any, 2e-6, false, true,
+        span_wide{"w0_span_pass, engine shape, x from sources (17-64: one block a SM)", launch_span_any, 2e-6, false, true,
                   span_blocks_any, true};
     for (int64_t n : seqs) {
-        if (n <= 16) ok &= check_and_time(L, tiled, n, copy_bw, multi);
-        if (n <= 4) ok &= check_and_time(L, tiled, n, copy_bw, multi8);
         ok &= check_and_time(L, tiled, n, copy_bw, mma);
         ok &= check_and_time(L, tiled, n, copy_bw, mma_rows);
         ok &= check_and_time(L, tiled, n, copy_bw, mma_unit);
         ok &= check_and_time(L, tiled, n, copy_bw, mma_tf32);
         ok &= check_and_time(L, tiled, n, copy_bw, mma_bf16);
-        if (n >= 5 && n <= kSpanMaxSeqs) {
+        if (n <= kSpanMaxSeqs) {
             ok &= check_and_time(L, tiled, n, copy_bw, span43);
             ok &= check_and_time(L, tiled, n, copy_bw, span42);
             ok &= check_and_time(L, tiled, n, copy_bw, span54);
