@@ -396,6 +396,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
     // asm is not volatile, so it may move, but not above the wait: its address depends on u, loaded after it.)
     constexpr bool kKeep = NS <= kHintedSeqs;
     const uint64_t keep = kKeep ? l2_evict_last() : 0;
+    const auto w1_at = [&](int64_t row, int64_t k) { return kKeep ? load_with(&W1[row * K + k], keep) : W1[row * K + k]; };
     __shared__ float part[RG][NS][kCols];
 
     for (int64_t k0 = 0; k0 < H; k0 += kCols) {
@@ -419,7 +420,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
                     if constexpr (P == 1) w[t] = wj[t * rk];
 #pragma unroll
                 for (int t = 0; t < U; ++t) {
-                    if constexpr (P != 1) w[t] = kKeep ? load_with(&W1[(j + t * RG) * K + k], keep) : W1[(j + t * RG) * K + k];  // (14.1 against 18.2 us at 1)
+                    if constexpr (P != 1) w[t] = w1_at(j + t * RG, k);  // (14.1 against 18.2 us at 1)
 #pragma unroll
                     for (int q = 0; q < NS; ++q)
                         if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * RG]));
@@ -428,7 +429,7 @@ __global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
             if (j < M) {  // the last rows (fewer than U): one trip, loads first, adds where a row exists
                 float w[U];
 #pragma unroll
-                for (int t = 0; t < U; ++t) w[t] = j + t * RG < M ? (kKeep ? load_with(&W1[(j + t * RG) * K + k], keep) : W1[(j + t * RG) * K + k]) : 0.0f;
+                for (int t = 0; t < U; ++t) w[t] = j + t * RG < M ? w1_at(j + t * RG, k) : 0.0f;
 #pragma unroll
                 for (int t = 0; t < U; ++t) {
                     if (j + t * RG >= M) break;
