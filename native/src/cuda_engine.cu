@@ -38,12 +38,11 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   5-8 against 22.3k, 25.3k, 28.7k, 31.5k; a tie at 4); with its span pass and the sources ring it won from 2, and
 //   the FMA pass went (frames/s against it at 3 / 4 sequences, H200: small +5.6 / +7.8%, med +8.8 / +10.7%, LARGE
 //   +10.4 / +11.6%, LARGE's gather 26.8 -> 10.2 us and W0 phase 477 -> 426 us; at 2, H100: small +3.4%, med +5.2%,
-//   LARGE +5.4%). The W1 pass ends earlier, at
-//   kMmaW1MaxSeqs: with 33-64 sequences its 50-float rows leave the pass at one block per SM (153 us at
-//   64 against 98 us for the two W1 products), while the W0 pass still beats its products (287 against
-//   395 us at 64). From 2 to kMmaW1MaxSeqs sequences W1's rows of up to kShortMaxLen entries go in 64-row
-//   tiles instead (weight_pass_short; feed-context rows are longer and keep the passes above), and at 1-2 on
-//   sm_90 they are streamed through resident blocks (w1_stream_pass).
+//   LARGE +5.4%). The W1 pass ends earlier, at kMmaW1MaxSeqs: with 33-64 sequences its 50-float rows leave the
+//   pass at one block per SM (153 us at 64 against 98 us for the two W1 products), while the W0 pass still beats
+//   its products (287 against 395 us at 64). From 2 to kMmaW1MaxSeqs sequences W1's rows of up to kShortMaxLen
+//   entries go in 64-row tiles instead (weight_pass_short; feed-context rows are longer and keep the passes above),
+//   and at 1-2 on sm_90 they are streamed through resident blocks (w1_stream_pass).
 // - Hidden deltas: up to 4 sequences the per-unit kernel hidden_deltas<NS>; from kHiddenProductSeqs on tensor
 //   cores (H100, small, frames/s against hidden_deltas<8>: 5 +0.4%, 6 +1.1%, 8 +3.4%; med 8 +7.4%, LARGE 8
 //   +6.6%; at 3 and 4 the product lost 7-8%): up to kSplitMaxSeqs sequences a block per unit with its sum split
@@ -390,7 +389,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     baseline_src_ = DeviceBuffer<int64_t>(placed(t.baseline_src, x_index_host_));
     y_unit_ = DeviceBuffer<int32_t>(t.y_unit);
     layer_unit_range_ = DeviceBuffer<int64_t>(layer_unit_ranges(t));
-    // W0's pass on tensor cores: at 3-16 and 33-64 sequences on sm_90 (kernels::span_seqs), where its runs fill about
+    // W0's pass on tensor cores: at 2-16 and 33-64 sequences on sm_90 (kernels::span_seqs), where its runs fill about
     // one wave of resident blocks (kernels::spans_pay), in equal spans of those blocks (w0_span_pass; PVM_CUDA_SPANS=0
     // keeps weight_pass_mma, for comparisons); else weight_pass_mma's blocks.
     const char* spans = std::getenv("PVM_CUDA_SPANS");
