@@ -46,14 +46,14 @@ __host__ __device__ constexpr size_t short_shared_bytes() { return sizeof(float)
 // A tile's record, kShortTileInts int64 each: W1's offset of its first row (in W), its first output row, its unit's
 // offset in h, and unit | rows << 32 | len << 48. One 32-byte load per tile, no dependent lookups.
 constexpr int kShortTileInts = 4;
-// The records of W1's rows in tiles of at most kShortRows (runs as mma_blocks makes them, unsplit: its list of
-// kMmaBlockInts per block), from the device offsets of W1 (w1_off), the outputs (y_off) and h (h_off).
 // Appends the record of unit u's rows [r0, r0 + rows) to out (short_tile reads it back).
 inline void append_short_tile(std::vector<int64_t>& out, int64_t u, int64_t r0, int64_t rows, const std::vector<int64_t>& w1_off,
                               const std::vector<int64_t>& y_off, const std::vector<int64_t>& h_off) {
     const int64_t len = h_off[u + 1] - h_off[u];
     out.insert(out.end(), {w1_off[u] + r0 * len, y_off[u] + r0, h_off[u], u | rows << 32 | len << 48});
 }
+// The records of W1's rows in tiles of at most kShortRows (runs as mma_blocks makes them, unsplit: its list of
+// kMmaBlockInts per block), from the device offsets of W1 (w1_off), the outputs (y_off) and h (h_off).
 inline std::vector<int64_t> short_tiles(const std::vector<int32_t>& runs, const std::vector<int64_t>& w1_off,
                                         const std::vector<int64_t>& y_off, const std::vector<int64_t>& h_off) {
     std::vector<int64_t> out;

@@ -37,9 +37,9 @@ namespace kernels {
 constexpr int kSpanMathThreads = kMmaThreads;           // 8 math warps: 4 row tiles x 2 column slots
 constexpr int kSpanThreads = kSpanMathThreads + kWarp;  // and the copy warp
 // The sequence counts it serves (on sm_90): 2-16 (from kMmaMinSeqs), two blocks a SM, and 33-64, one (the buckets of
-// 48 and 64). At 17-32 (one block a SM: the math needs 141 registers, and 2 blocks of 9 warps leave 96 on the sub-partition that
-// holds 5 of them) it was level with weight_pass_mma on small (24 / 32 sequences -0.5 / +0.6%) and lost 8-9% on med
-// and LARGE, so weight_pass_mma stays there. H200 engine A/B, small at 48 / 64: +3.3 / +2.7%.
+// 48 and 64). At 17-32 (one block a SM: the math needs 141 registers, and 2 blocks of 9 warps leave 96 on the
+// sub-partition that holds 5 of them) it was level with weight_pass_mma on small (24 / 32 sequences -0.5 / +0.6%) and
+// lost 8-9% on med and LARGE, so weight_pass_mma stays there. H200 engine A/B, small at 48 / 64: +3.3 / +2.7%.
 constexpr int kSpanMaxSeqs = 16, kSpanWideMinSeqs = 33, kSpanWideMaxSeqs = 64;
 inline bool span_seqs(int64_t n) { return n <= kSpanMaxSeqs || (n >= kSpanWideMinSeqs && n <= kSpanWideMaxSeqs); }
 template <int NS>

@@ -65,7 +65,7 @@ private:
     void enqueue_mma_passes(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark);
     void launch_short_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     void launch_stream_w1(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
-    // W0's pass on tensor cores (5 to 64 sequences), in precision P.
+    // W0's pass on tensor cores (2 to 64 sequences), in precision P.
     template <Precision P>
     void launch_w0_pass(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     // A step's deltas: the output deltas, then the hidden deltas (hidden_deltas<NS> below kHiddenProductSeqs sequences,
@@ -110,8 +110,9 @@ private:
     DeviceBuffer<int64_t> layer_unit_range_;  // first unit of every layer, then n_units
     // Tiles of the many-sequence products (unit_products.cuh): (unit, first m, first n), longest sums first.
     DeviceBuffer<int32_t> w0_forward_, w1_forward_, hidden_deltas_, w0_update_, w1_update_;
-    // Blocks of the tensor-core passes for 2..64 sequences (weight_pass_mma): (unit, first row, end row). W0's pass on w0_span_pass instead: its segments
-    // (kernels::SpanSegment, 8 words each), and per block its first (w0_span_first_, empty where weight_pass_mma runs).
+    // Blocks of the tensor-core passes for 2..64 sequences (weight_pass_mma): (unit, first row, end row). W0's pass
+    // on w0_span_pass instead: its segments (kernels::SpanSegment, 8 words each), and per block its first
+    // (w0_span_first_, empty where weight_pass_mma runs).
     DeviceBuffer<int32_t> w0_rows_, w1_rows_, w0_span_first_;
     DeviceBuffer<int64_t> w0_spans_;
     // W1's pass on weight_pass_short (short_rows_pass.cuh) where its rows are short, 2 to kMmaW1MaxSeqs sequences:
