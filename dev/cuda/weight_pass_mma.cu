@@ -7,8 +7,8 @@
 // rows pitched to 16 bytes). Checks h(s) = phi(W0 x(s)) and the momentum update
 // with the (s-2) inputs for every n_seq given, then times each and reports the weight traffic
 // (16 bytes per weight: W, V read and written) against the device-to-device copy bandwidth.
-//   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o weight_pass_mma weight_pass_mma.cu
-//   ./weight_pass_mma [n_seq ...]        (default: 2 4 8 13 16 32 64)
+//   nvcc -std=c++17 -O3 -arch=sm_90a -fmad=false -I../../native/include -o weight_pass_mma weight_pass_mma.cu
+//   ./weight_pass_mma [n_seq ...]        (default: 2 4 8 13 16 32 64; PVM_WB_NOTIME=1: checks only, for compute-sanitizer)
 // The mma pass runs in the default precision (3xTF32) and in the opt-in TF32 and BF16 modes.
 #include "../../native/src/mma_pass.cuh"
 #include "../../native/src/w0_span_pass.cuh"
@@ -180,6 +180,7 @@ bool check_and_time(const Layout& pitched, const Layout& tiled, int64_t n, doubl
     std::printf("  %-28s %s\n", "nothing else written", untouched ? "ok" : "FAIL");
     ok &= untouched;
 
+    if (std::getenv("PVM_WB_NOTIME")) return ok;  // (under compute-sanitizer)
     const double us = time_us([&] { ver.launch(a, blocks, first, n_blocks, n); }, 5, 50, flush_l2);  // W, V keep changing: fine for timing
     const double bytes = 16.0 * L.n_w0;
     std::printf("  %.1f us, weight traffic %.2f TB/s = %.0f%% of copy; %.1f us per sequence\n", us, bytes / us * 1e-6,
