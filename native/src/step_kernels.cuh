@@ -574,24 +574,31 @@ __device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
 __device__ __forceinline__ void barrier_init_fence() {
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// The barrier operations below take a barrier by its address or by its shared-memory address (`unsigned`: the
+// conversion, an S2R of the block's shared window and a LEA in SASS, then made once, not at every operation).
 // One arrival that also expects `bytes` more from bulk copies before the barrier's phase completes.
-__device__ __forceinline__ void barrier_expect(uint64_t* bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+__device__ __forceinline__ void barrier_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
+__device__ __forceinline__ void barrier_expect(uint64_t* bar, unsigned bytes) { barrier_expect(shared_address(bar), bytes); }
 // Waits until the barrier's phase of this parity has completed.
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
+__device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
     asm volatile(
         "{\n.reg .pred done;\nWAIT:\n"
         "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n}\n" ::"r"(shared_address(bar)),
+        "@!done bra WAIT;\n}\n" ::"r"(bar),
         "r"(parity)
         : "memory");
 }
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) { barrier_wait(shared_address(bar), parity); }
 // bytes (a multiple of 16) from src to dst, both 16-byte aligned; counted on bar.
-__device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned bytes, uint64_t* bar) {
+__device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned bytes, unsigned bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(shared_address(dst)),
-                 "l"(src), "r"(bytes), "r"(shared_address(bar))
+                 "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
+}
+__device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned bytes, uint64_t* bar) {
+    bulk_load(dst, src, bytes, shared_address(bar));
 }
 // The same, with an L2 eviction policy (l2_evict_last).
 __device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned bytes, uint64_t* bar, uint64_t policy) {
@@ -631,13 +638,13 @@ __device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* co
     barrier_init_fence();
 }
 // One arrival on bar.
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
-}
+__device__ __forceinline__ void barrier_arrive(unsigned bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
+__device__ __forceinline__ void barrier_arrive(uint64_t* bar) { barrier_arrive(shared_address(bar)); }
 // One arrival on bar once every cp.async this thread has issued so far has landed (counted in bar's init count).
-__device__ __forceinline__ void copy_async_arrive(uint64_t* bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
+__device__ __forceinline__ void copy_async_arrive(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+__device__ __forceinline__ void copy_async_arrive(uint64_t* bar) { copy_async_arrive(shared_address(bar)); }
 #else
 #define PVM_BULK_COPIES 0
 #endif

@@ -163,6 +163,13 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Chunk i's stage among S and the parity of that stage's use (unsigned: for S = 4 a mask and a shift, where a signed
+// remainder took a sign correction at every use).
+template <int S>
+__device__ __forceinline__ unsigned stage_of(int i) { return static_cast<unsigned>(i) % S; }
+template <int S>
+__device__ __forceinline__ unsigned use_of(int i) { return static_cast<unsigned>(i) / S % 2; }
+
 // A block's segments, in shared memory.
 struct SpanSegments {
     const SpanSegment* shared;
@@ -191,9 +198,10 @@ template <int NS, int S, int kAhead, bool kEarlyWV>
 __device__ void span_copies(const StepArgs& a, const SpanSegments& segs, int n_chunks, float* smem, uint64_t* full, uint64_t* computed) {
     constexpr int kStageFloats = span_stage_floats<NS>();
     const int64_t chunk_step = kMmaCols * a.hidden, v_minus_w = a.velocity - a.weights;
+    const unsigned full_at = shared_address(full), computed_at = shared_address(computed);  // (stage i's: + 8 i)
     const auto span = [&](const SpanCursor& k, float*& st, float*& w, unsigned& bytes, int j) {
         const SpanSegment& sg = segs[k.i];
-        st = smem + (j % S) * kStageFloats;
+        st = smem + stage_of<S>(j) * kStageFloats;
         w = a.weights + sg.w + chunk_step * k.c;
         bytes = static_cast<unsigned>(sg.rows * kMmaCols * sizeof(float));
     };
@@ -201,9 +209,10 @@ __device__ void span_copies(const StepArgs& a, const SpanSegments& segs, int n_c
         float *st, *src;
         unsigned bytes;
         span(k, st, src, bytes, j);
-        barrier_expect(&full[j % S], 2 * bytes);
-        bulk_load(st, src, bytes, &full[j % S]);
-        bulk_load(st + kMmaRows * kMmaCols, src + v_minus_w, bytes, &full[j % S]);
+        const unsigned bar = full_at + 8 * stage_of<S>(j);
+        barrier_expect(bar, 2 * bytes);
+        bulk_load(st, src, bytes, bar);
+        bulk_load(st + kMmaRows * kMmaCols, src + v_minus_w, bytes, bar);
     };
     if constexpr (!kEarlyWV) await_prior_kernels();
     if (threadIdx.x % kWarp == 0) {  // (the first loads before the wait where early: no kernel of the step writes W or V)
@@ -212,7 +221,7 @@ __device__ void span_copies(const StepArgs& a, const SpanSegments& segs, int n_c
         out.start(segs);
         for (int i = 0; i < kAhead && i < n_chunks; ++i, in.next(segs)) load_wv(in, i);
         for (int k = 0; k < n_chunks; ++k, out.next(segs)) {
-            barrier_wait(&computed[k % S], (k / S) % 2);
+            barrier_wait(computed_at + 8 * stage_of<S>(k), use_of<S>(k));
             float *st, *dst;
             unsigned bytes;
             span(out, st, dst, bytes, k);
@@ -237,6 +246,7 @@ __device__ void span_math(const StepArgs& a, const SpanSegments& segs, int n_chu
     using M = TensorMath<P>;
     constexpr int NT = NS / 8, kWv = kMmaCols;
     constexpr int kStageFloats = span_stage_floats<NS>(), kInputs = 2 * kMmaRows * kWv, kLd = mma_stage_floats<NS, true>();
+    const unsigned full_at = shared_address(full), computed_at = shared_address(computed);  // (stage i's: + 8 i)
     const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
     const int tile = warp % kMmaTiles, slot = warp / kMmaTiles;
     const int g = lane / 4, t = lane % 4;
@@ -262,7 +272,7 @@ __device__ void span_math(const StepArgs& a, const SpanSegments& segs, int n_chu
     int32_t place = in.place(a, segs, lane), place_next = n_chunks > 1 ? ahead.place(a, segs, lane) : -1;
     const auto gather = [&](int i) {
         const SpanSegment& sg = segs[in.i];
-        float* st = smem + (i % S) * kStageFloats;
+        float* st = smem + stage_of<S>(i) * kStageFloats;
         const float* src = x_cur + (a.x_index ? 0 : sg.x) + (place < 0 ? 0 : place);
 #pragma unroll
         for (int k = 0; k < NS / 8; ++k) {
@@ -279,7 +289,7 @@ __device__ void span_math(const StepArgs& a, const SpanSegments& segs, int n_chu
             if (threadIdx.x < 2)
                 copy_async4(st + kLd + NS * kSpanLdStride + threadIdx.x, (threadIdx.x == 0 ? a.unit_lr : a.unit_mu) + sg.row / a.hidden, true);
         }
-        copy_async_arrive(&full[i % S]);
+        copy_async_arrive(full_at + 8 * stage_of<S>(i));
         in.next(segs);
         place = place_next;
         if (i + 2 < n_chunks) {
@@ -306,11 +316,11 @@ __device__ void span_math(const StepArgs& a, const SpanSegments& segs, int n_chu
 
         for (int c = sg.first_chunk; c < sg.end_chunk; ++c, ++j) {
             if (j + kInputsAhead < n_chunks) {  // once every warp is done with the stage's last chunk
-                if (j + kInputsAhead >= S) barrier_wait(&computed[(j + kInputsAhead) % S], ((j + kInputsAhead) / S - 1) % 2);
+                if (j + kInputsAhead >= S) barrier_wait(computed_at + 8 * stage_of<S>(j + kInputsAhead), use_of<S>(j + kInputsAhead - S));
                 gather(j + kInputsAhead);
             }
-            barrier_wait(&full[j % S], (j / S) % 2);
-            float* ws = smem + (j % S) * kStageFloats;
+            barrier_wait(full_at + 8 * stage_of<S>(j), use_of<S>(j));
+            float* ws = smem + stage_of<S>(j) * kStageFloats;
             float* vs = ws + kMmaRows * kWv;
             const float* xs = ws + kInputs;
             if (c == sg.first_chunk) {  // the segment's rates and deltas came with its first chunk
@@ -376,7 +386,7 @@ __device__ void span_math(const StepArgs& a, const SpanSegments& segs, int n_chu
             // the async proxy's reads, then one arrival per warp.
             fence_async_shared();
             __syncwarp();
-            if (lane == 0) barrier_arrive(&computed[j % S]);
+            if (lane == 0) barrier_arrive(computed_at + 8 * stage_of<S>(j));
         }
 
         // The segment's forward sums: slot 1's added to slot 0's (a fixed order), through this tile's sums.
