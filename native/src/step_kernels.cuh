@@ -601,10 +601,13 @@ __device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned
     bulk_load(dst, src, bytes, shared_address(bar));
 }
 // The same, with an L2 eviction policy (l2_evict_last).
-__device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned bytes, uint64_t* bar, uint64_t policy) {
+__device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned bytes, unsigned bar, uint64_t policy) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "r"(bytes), "r"(shared_address(bar)), "l"(policy)
+                 "l"(src), "r"(bytes), "r"(bar), "l"(policy)
                  : "memory");
+}
+__device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned bytes, uint64_t* bar, uint64_t policy) {
+    bulk_load(dst, src, bytes, shared_address(bar), policy);
 }
 // bytes from shared src to global dst, in this thread's current bulk group (bulk_commit closes it).
 __device__ __forceinline__ void bulk_store(float* dst, const float* src, unsigned bytes) {
@@ -625,6 +628,12 @@ template <int Pending>
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(Pending) : "memory"); }
 // This thread's shared-memory writes are ordered before later bulk copies (the copy engine's proxy) that read them.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Item i's stage among S in a pipeline and the parity of that stage's use (unsigned: for S = 4 a mask and a shift,
+// where a signed remainder took a sign correction at every use).
+template <int S>
+__device__ __forceinline__ unsigned stage_of(int i) { return static_cast<unsigned>(i) % S; }
+template <int S>
+__device__ __forceinline__ unsigned use_of(int i) { return static_cast<unsigned>(i) / S % 2; }
 // Thread 0 sets up the S stage barriers of a pipeline of math threads and a copy warp (the block syncs after): `full`
 // counts the math threads' copies (cp.async arrivals) and the copy warp's bytes, `computed` the math threads' arrivals
 // once they are done with a stage (computed_arrivals of them: one per warp, or one per thread).

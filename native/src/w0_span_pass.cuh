@@ -163,13 +163,6 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Chunk i's stage among S and the parity of that stage's use (unsigned: for S = 4 a mask and a shift, where a signed
-// remainder took a sign correction at every use).
-template <int S>
-__device__ __forceinline__ unsigned stage_of(int i) { return static_cast<unsigned>(i) % S; }
-template <int S>
-__device__ __forceinline__ unsigned use_of(int i) { return static_cast<unsigned>(i) / S % 2; }
-
 // A block's segments, in shared memory.
 struct SpanSegments {
     const SpanSegment* shared;

@@ -98,6 +98,7 @@ template <int NS>
 __device__ void stream_copies(const StepArgs& a, const int64_t* records, int count, float* smem, uint64_t* full, uint64_t* computed) {
     constexpr int S = stream_stages<NS>(), kAhead = S - 1, kStageFloats = StreamStage<NS>::kFloats;
     const int64_t v_minus_w = a.velocity - a.weights;
+    const unsigned full_at = shared_address(full), computed_at = shared_address(computed);  // (stage i's: + 8 i)
     if (threadIdx.x % kWarp != 0) {
         await_prior_kernels();
         return;
@@ -105,19 +106,20 @@ __device__ void stream_copies(const StepArgs& a, const int64_t* records, int cou
     const uint64_t keep = l2_evict_last();  // (W1 and V1 under evict_last: step_kernels.cuh, kHintedSeqs)
     const auto load = [&](int i) {
         const StreamSpan sp(short_tile(records + kShortTileInts * i));
-        float* st = smem + (i % S) * kStageFloats;
+        float* st = smem + stage_of<S>(i) * kStageFloats;
         const unsigned bytes = static_cast<unsigned>((sp.end + 3) / 4 * 16);  // (W and V have 4 floats allocated past their end)
-        barrier_expect(&full[i % S], 2 * bytes);
-        bulk_load(st, a.weights + sp.g0, bytes, &full[i % S], keep);
-        bulk_load(st + kStreamSpan, a.weights + sp.g0 + v_minus_w, bytes, &full[i % S], keep);
+        const unsigned bar = full_at + 8 * stage_of<S>(i);
+        barrier_expect(bar, 2 * bytes);
+        bulk_load(st, a.weights + sp.g0, bytes, bar, keep);
+        bulk_load(st + kStreamSpan, a.weights + sp.g0 + v_minus_w, bytes, bar, keep);
     };
     for (int i = 0; i < kAhead && i < count; ++i) load(i);
     await_prior_kernels();
     for (int k = 0; k < count; ++k) {
-        barrier_wait(&computed[k % S], (k / S) % 2);
+        barrier_wait(computed_at + 8 * stage_of<S>(k), use_of<S>(k));
         const StreamSpan sp(short_tile(records + kShortTileInts * k));
         if (sp.whole_hi > sp.whole_lo) {
-            const float* st = smem + (k % S) * kStageFloats + sp.whole_lo;
+            const float* st = smem + stage_of<S>(k) * kStageFloats + sp.whole_lo;
             float* dst = a.weights + sp.g0 + sp.whole_lo;
             const unsigned bytes = static_cast<unsigned>((sp.whole_hi - sp.whole_lo) * sizeof(float));
             bulk_store(dst, st, bytes, keep);
@@ -141,6 +143,7 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
     const int row = tid / kStreamLanes, l = tid % kStreamLanes;
     const unsigned mask = ((1u << kStreamLanes) - 1u) << (lane / kStreamLanes * kStreamLanes);
     const int64_t v_minus_w = a.velocity - a.weights;
+    const unsigned full_at = shared_address(full), computed_at = shared_address(computed);  // (stage i's: + 8 i)
     await_prior_kernels();
     const int64_t s = *a.step;
     const int n = static_cast<int>(a.n_seq), cur = ring_slot(s);
@@ -153,7 +156,7 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
     // math thread arrives).
     const auto gather = [&](int i) {
         const ShortTile T = short_tile(records + kShortTileInts * i);
-        float* st = smem + (i % S) * St::kFloats;
+        float* st = smem + stage_of<S>(i) * St::kFloats;
         for (int e = tid; e < St::kRatesAt + 2 - St::kXAt; e += kStreamMathThreads) {
             if (e < 2 * NS * kStreamX) {  // (x(s) of sequences 0..NS-1, then x(s-2))
                 const int c = e % kStreamX, q = e / kStreamX % NS;
@@ -167,19 +170,20 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
                 copy_async4(st + St::kXAt + e, (e == St::kRatesAt - St::kXAt ? a.unit_lr : a.unit_mu) + T.unit, true);
             }
         }
-        copy_async_arrive(&full[i % S]);
+        copy_async_arrive(full_at + 8 * stage_of<S>(i));
     };
     for (int i = 0; i < kStreamInputsAhead && i < count; ++i) gather(i);
     for (int j = 0; j < count; ++j) {
         if (j + kStreamInputsAhead < count) {  // once every warp is done with the stage's last tile
-            if (j + kStreamInputsAhead >= S) barrier_wait(&computed[(j + kStreamInputsAhead) % S], ((j + kStreamInputsAhead) / S - 1) % 2);
+            if (j + kStreamInputsAhead >= S)
+                barrier_wait(computed_at + 8 * stage_of<S>(j + kStreamInputsAhead), use_of<S>(j + kStreamInputsAhead - S));
             gather(j + kStreamInputsAhead);
         }
-        barrier_wait(&full[j % S], (j / S) % 2);
+        barrier_wait(full_at + 8 * stage_of<S>(j), use_of<S>(j));
         const ShortTile T = short_tile(records + kShortTileInts * j);
         if (row < T.rows) {
             const StreamSpan sp(T);
-            float* st = smem + (j % S) * St::kFloats;
+            float* st = smem + stage_of<S>(j) * St::kFloats;
             const float* xs = st + St::kXAt;  // x(s) of sequence q at q * kStreamX, x(s-2) past NS of them
             const float lr = st[St::kRatesAt], mu = st[St::kRatesAt + 1];
             const bool active = !(lr == 0.0f && mu == 0.0f);
@@ -228,7 +232,7 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
         // every thread arriving: no report on the workbench, and frames/s within 0.3% at 1 and 2 sequences on small,
         // med and LARGE.)
         fence_async_shared();
-        barrier_arrive(&computed[j % S]);
+        barrier_arrive(computed_at + 8 * stage_of<S>(j));
     }
 }
 #endif
