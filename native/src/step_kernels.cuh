@@ -574,8 +574,8 @@ __device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
 __device__ __forceinline__ void barrier_init_fence() {
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
 }
-// The barrier operations below take a barrier by its address or by its shared-memory address (`unsigned`: the
-// conversion, an S2R of the block's shared window and a LEA in SASS, then made once, not at every operation).
+// The barrier operations below take a barrier by its address or by its shared-memory address (`unsigned`, which a
+// pipeline computes once and offsets by stage; ptxas may still rebuild the shared window, an S2R and a LEA, near a use).
 // One arrival that also expects `bytes` more from bulk copies before the barrier's phase completes.
 __device__ __forceinline__ void barrier_expect(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
