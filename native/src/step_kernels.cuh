@@ -574,8 +574,9 @@ __device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
 __device__ __forceinline__ void barrier_init_fence() {
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
 }
-// The barrier operations below take a barrier by its address or by its shared-memory address (`unsigned`, which a
-// pipeline computes once and offsets by stage; ptxas may still rebuild the shared window, an S2R and a LEA, near a use).
+// The barrier operations below take a barrier by its shared-memory address (`unsigned`, which a pipeline computes
+// once and offsets by stage; ptxas may still rebuild the shared window, an S2R and a LEA, near a use); those that
+// weight_pass_mma calls also by its address.
 // One arrival that also expects `bytes` more from bulk copies before the barrier's phase completes.
 __device__ __forceinline__ void barrier_expect(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
@@ -605,9 +606,6 @@ __device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(shared_address(dst)),
                  "l"(src), "r"(bytes), "r"(bar), "l"(policy)
                  : "memory");
-}
-__device__ __forceinline__ void bulk_load(float* dst, const float* src, unsigned bytes, uint64_t* bar, uint64_t policy) {
-    bulk_load(dst, src, bytes, shared_address(bar), policy);
 }
 // bytes from shared src to global dst, in this thread's current bulk group (bulk_commit closes it).
 __device__ __forceinline__ void bulk_store(float* dst, const float* src, unsigned bytes) {
@@ -648,12 +646,10 @@ __device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* co
 }
 // One arrival on bar.
 __device__ __forceinline__ void barrier_arrive(unsigned bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) { barrier_arrive(shared_address(bar)); }
 // One arrival on bar once every cp.async this thread has issued so far has landed (counted in bar's init count).
 __device__ __forceinline__ void copy_async_arrive(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ void copy_async_arrive(uint64_t* bar) { copy_async_arrive(shared_address(bar)); }
 #else
 #define PVM_BULK_COPIES 0
 #endif
