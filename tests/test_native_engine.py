@@ -202,12 +202,13 @@ def test_native_cuda_feed_context_matches_reference(n_seq):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("hidden_block, n_seq", [(3, 150), (8, 150), (8, 20), (8, 3)])
+@pytest.mark.parametrize("hidden_block, n_seq", [(3, 150), (8, 150), (8, 20), (8, 3), (9, 1), (9, 2), (9, 4)])
 def test_native_cuda_tiles_cover_any_shape(hidden_block, n_seq):
     """Sequences over several column tiles (150 = 128 + 22; 20 of a 32-column hidden-deltas tile) and, with
     64 hidden units, rows over two row tiles of 56: the tiled products' edges and the gather written by the
-    first row tile only. At 3 sequences, 64 hidden rows take hidden_deltas' 4 row groups of 64 columns (5 of 51
-    would need a second pass)."""
+    first row tile only. At 1-4 sequences hidden_deltas takes 64 hidden rows in row groups of 64 columns (8 of them
+    in a 512-thread block at 3-4 sequences on tiny), and 81 in two passes over the columns, with the upper units'
+    648 outputs staged in two chunks of delta_out (512 and 136 rows)."""
     spec = transitions("tiny", 60).with_overrides({"hidden_block_size": hidden_block})
     frames = random_frames(spec, 60, n_seq=n_seq, seed=2)
     cpu = build_engine(spec, backend="native", n_seq=n_seq, device="cpu")

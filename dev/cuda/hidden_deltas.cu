@@ -1,40 +1,43 @@
-// Workbench: the per-unit hidden deltas for 1..4 sequences (hidden_deltas<NS> in
-// native/src/step_kernels.cuh; from 5 the engine takes the product of mma_products.cu), against a CPU
-// reference, and timed.
-// small.json-like: 265 units, W1 blocks of M x 50 (M of 150..399 outputs), 49 hidden rows.
-// Checks lr * g(h(s-2)) * sum_j W1[j,k] delta_out[q,j] for every sequence, and unit_errors' per-unit squared
-// error sums (launched when the engine's metrics are taken), then reports the W1 read rate (W1 is read once for all sequences) at each U (rows per
-// trip), with L2 flushed before each run and without.
+// Workbench: the per-unit hidden deltas for 1..4 sequences (hidden_deltas in native/src/hidden_deltas_few.cuh; from 5
+// the engine takes hidden_deltas_split), against a CPU reference, and timed.
+// Units shaped as small.json's (121 of 392 outputs, 144 of 150) or with PVM_WB_SPEC=med as med's (265 and 256), W1
+// blocks of M x 50, 49 hidden rows, taken most outputs first as the engine does (PVM_WB_ROWS=m: every unit m outputs,
+// for a kernel's fixed cost). Checks lr * g(h(s-2)) * sum_j W1[j,k] delta_out[q,j] for every sequence in both block
+// shapes (256 threads, and 512 at 3-4 sequences: hd_threads), and unit_errors' per-unit squared error sums, then
+// times each with L2 flushed before each run (W1 from HBM) and without.
 //   nvcc -std=c++17 -O3 -arch=sm_90 -fmad=false -I../../native/include -o hidden_deltas hidden_deltas.cu
-//   ./hidden_deltas [n_seq ...]        (default: 1 2 3 4)
+//   ./hidden_deltas [n_seq ...]        (default: 1 2 3 4; PVM_WB_NOTIME=1: checks only, for compute-sanitizer)
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "common.h"
-#include "../../native/src/step_kernels.cuh"
+#include "../../native/src/hidden_deltas_few.cuh"
 
 using namespace pvm;
 using namespace pvm::kernels;
 
 namespace {
 
-constexpr int64_t kUnits = 265, kHidden = 49, kK = kHidden + 1;
+constexpr int64_t kHidden = 49, kK = kHidden + 1;
 
-template <int NS, int U>
-void launch(const StepArgs& a) {  // in the engine's row groups (hd_row_groups)
-    if (hd_row_groups(NS, kHidden) == 5) hidden_deltas<NS, U, 5><<<static_cast<unsigned>(kUnits), kThreads>>>(a);
-    else hidden_deltas<NS, U><<<static_cast<unsigned>(kUnits), kThreads>>>(a);
-}
-
-// The kernel for n sequences at U rows per trip (0: the engine's choice, hd_unroll).
-template <int U = 0>
-void launch_bucket(const StepArgs& a, int64_t n) {
-    if (n <= 1) launch<1, U ? U : hd_unroll<1>()>(a);
-    else if (n <= 2) launch<2, U ? U : hd_unroll<2>()>(a);
-    else launch<4, U ? U : hd_unroll<4>()>(a);
+// The engine's kernel for n sequences at T threads a block (its row groups of 51 columns).
+template <int T>
+void launch(const StepArgs& a, unsigned units, int64_t n) {
+    if (n <= 1) hidden_deltas<1, T, T / kHdNarrowCols><<<units, T>>>(a);
+    else if (n <= 2) hidden_deltas<2, T, T / kHdNarrowCols><<<units, T>>>(a);
+    else hidden_deltas<4, T, T / kHdNarrowCols><<<units, T>>>(a);
 }
 
 bool check_and_time(int64_t n) {
+    // The spec's units: layer 0 (150 outputs) first, then the upper layers (392), as the topology numbers them.
+    const char* spec = std::getenv("PVM_WB_SPEC");
+    const bool med = spec != nullptr && std::strcmp(spec, "med") == 0;
+    const int64_t small_units = med ? 256 : 144, big_units = med ? 265 : 121, kUnits = small_units + big_units;
+    const char* rows = std::getenv("PVM_WB_ROWS");  // every unit this many outputs instead: a kernel's fixed cost
     std::vector<int64_t> y_off{0}, h_off{0}, w1_off{0};
     for (int64_t u = 0; u < kUnits; ++u) {
-        const int64_t m = 150 + (u * 29) % 250;
+        const int64_t m = rows ? std::atoi(rows) : u < small_units ? 150 : 392;
         y_off.push_back(y_off.back() + m);
         h_off.push_back(h_off.back() + kK);
         w1_off.push_back(w1_off.back() + m * kK);
@@ -89,32 +92,45 @@ bool check_and_time(int64_t n) {
     a.unit_error = dev.put(std::vector<double>(2 * kUnits, -1.0));
     a.layer_unit_range = dev.put(std::vector<int64_t>{0, 0});  // no layer-0 units: no baseline sums
     a.step = dev.put(std::vector<int64_t>{step});
-    launch_bucket(a, n);
-    CHECK_LAUNCH();
+    std::vector<int32_t> order(kUnits);  // most outputs first (the engine's unit_order)
+    for (int64_t u = 0; u < kUnits; ++u) order[u] = static_cast<int32_t>(u);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+        return y_off[x + 1] - y_off[x] > y_off[y + 1] - y_off[y];
+    });
+    a.unit_order = dev.put(order);
+    const unsigned units = static_cast<unsigned>(kUnits);
+    std::printf("n_seq %ld, %s units\n", static_cast<long>(n), med ? "med" : "small");
+    bool ok = true;
+    const auto check = [&](const char* what, auto&& run) {
+        CHECK(cudaMemcpy(a.lr_delta_hidden, out.data(), out.size() * sizeof(float), cudaMemcpyHostToDevice));
+        run();
+        CHECK_LAUNCH();
+        CHECK(cudaDeviceSynchronize());
+        const auto got = to_host(a.lr_delta_hidden, out.size());
+        ok &= report_check(what, relative_error(got, want, mask), 1e-5);
+        bool untouched = true;
+        for (size_t i = 0; i < got.size(); ++i)
+            if (!mask[i] && got[i] != -7.0f) untouched = false;
+        std::printf("  %-28s %s\n", "bias entries untouched", untouched ? "ok" : "FAIL");
+        ok &= untouched;
+    };
+    check("256 threads: lr * delta_h", [&] { launch<256>(a, units, n); });
+    if (n >= 3) check("512 threads: lr * delta_h", [&] { launch<512>(a, units, n); });
     unit_errors<<<static_cast<unsigned>(kUnits), kThreads>>>(a);
     CHECK_LAUNCH();
     CHECK(cudaDeviceSynchronize());
-    const auto got = to_host(a.lr_delta_hidden, out.size());
     const auto unit_got = to_host(a.unit_error, 2 * kUnits);
-    std::printf("n_seq %ld\n", static_cast<long>(n));
-    bool ok = report_check("lr * delta_h", relative_error(got, want, mask), 1e-5);
     std::vector<float> unit_f(unit_got.begin(), unit_got.end());
     ok &= report_check("unit error sums", relative_error(unit_f, unit_want), 1e-6);
-    bool untouched = true;
-    for (size_t i = 0; i < got.size(); ++i)
-        if (!mask[i] && got[i] != -7.0f) untouched = false;
-    std::printf("  %-28s %s\n", "bias entries untouched", untouched ? "ok" : "FAIL");
-    ok &= untouched;
-    // W1 from HBM as in a step (the W0 pass runs in between), and from L2; the engine's U and the others.
+    if (std::getenv("PVM_WB_NOTIME")) return ok;  // (under compute-sanitizer)
+    // W1 from HBM as in a step (the W0 pass runs in between), and from L2.
     const auto report = [&](const char* what, auto&& run) {
         const double cold = time_us(run, 5, 50, flush_l2), warm = time_us(run);
-        std::printf("  %-10s %.1f us (W1 from L2: %.1f us), W1 read at %.2f TB/s, %.1f us per sequence\n", what, cold, warm,
+        std::printf("  %-11s %.1f us (W1 from L2: %.1f us), W1 read at %.2f TB/s, %.1f us per sequence\n", what, cold, warm,
                     4.0 * n_w / (cold * 1e-6) / 1e12, cold / n);
     };
-    report("engine", [&] { launch_bucket(a, n); });
-    report("U = 4", [&] { launch_bucket<4>(a, n); });
-    report("U = 8", [&] { launch_bucket<8>(a, n); });
-    report("U = 16", [&] { launch_bucket<16>(a, n); });
+    report("256 threads", [&] { launch<256>(a, units, n); });
+    if (n >= 3) report("512 threads", [&] { launch<512>(a, units, n); });
     return ok;
 }
 

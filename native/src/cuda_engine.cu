@@ -11,6 +11,7 @@
 #include "pvm/cuda_check.h"
 #include "pvm/cuda_graph.h"
 #include "dependent_launch.cuh"
+#include "hidden_deltas_few.cuh"
 #include "hidden_deltas_split.cuh"
 #include "mma_pass.cuh"
 #include "mma_products.cuh"
@@ -43,7 +44,7 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 //   its products (287 against 395 us at 64). From 2 to kMmaW1MaxSeqs sequences W1's rows of up to kShortMaxLen
 //   entries go in 64-row tiles instead (weight_pass_short; feed-context rows are longer and keep the passes above),
 //   and at 1-2 on sm_90 they are streamed through resident blocks (w1_stream_pass).
-// - Hidden deltas: up to 4 sequences the per-unit kernel hidden_deltas<NS>; from kHiddenProductSeqs on tensor
+// - Hidden deltas: up to 4 sequences the per-unit kernel hidden_deltas<NS, threads, row groups>; from kHiddenProductSeqs on tensor
 //   cores (H100, small, frames/s against hidden_deltas<8>: 5 +0.4%, 6 +1.1%, 8 +3.4%; med 8 +7.4%, LARGE 8
 //   +6.6%; at 3 and 4 the product lost 7-8%): up to kSplitMaxSeqs sequences a block per unit with its sum split
 //   between the warps (hidden_deltas_split, where W1's rows are short), else a per-unit product. The squared
@@ -463,6 +464,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
                                      inputs = [&](int64_t u) { return t.inputs(u); },
                                      outputs = [&](int64_t u) { return t.outputs(u); },
                                      hidden_len = [&](int64_t u) { return t.hidden_len(u); };
+    hd_threads_ = kernels::hd_threads(n, t.n_units, sms);
     split_hidden_deltas_ = n >= kHiddenProductSeqs && n <= kSplitMaxSeqs && longest <= kernels::kSplitMaxLen &&
                            t.hidden <= kernels::kSplitRows;
     if (split_hidden_deltas_) {
@@ -636,10 +638,14 @@ void CudaEngine::launch_deltas(const kernels::StepArgs& a, const kernels::StepLa
     if (a.n_seq < kHiddenProductSeqs) {
         by_bucket(a.n_seq, [&](auto bucket) {
             constexpr int NS = decltype(bucket)::value;
-            auto kernel = hidden_deltas<NS>;
-            if constexpr (NS > 1)
-                if (hd_row_groups(a.n_seq, a.hidden) == 5) kernel = hidden_deltas<NS, hd_unroll<NS>(), 5>;
-            PVM_CUDA_CHECK(launch(kernel, static_cast<unsigned>(a.n_units), kThreads, 0, a));
+            const auto go = [&](auto threads) {
+                constexpr int T = decltype(threads)::value;
+                const auto kernel = a.hidden <= kHdNarrowCols ? hidden_deltas<NS, T, T / kHdNarrowCols> : hidden_deltas<NS, T, T / 64>;
+                PVM_CUDA_CHECK(launch(kernel, static_cast<unsigned>(a.n_units), T, 0, a));
+            };
+            if constexpr (NS == 4)  // (512 threads only at 3-4 sequences: hd_threads)
+                if (hd_threads_ == 512) return go(std::integral_constant<int, 512>{});
+            go(std::integral_constant<int, 256>{});
         });
     } else if (split_hidden_deltas_) {
         by_bucket_of_16(a.n_seq, [&](auto bucket) {

@@ -335,128 +335,17 @@ __device__ __forceinline__ uint64_t l2_evict_last() {
 #endif
     return policy;
 }
+// (volatile: a load of memory that kernels before may write stays after await_prior_kernels even where its address
+// is known before it)
 __device__ __forceinline__ float load_with(const float* p, uint64_t policy) {
     float v;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("ld.global.L2::cache_hint.f32 %0, [%1], %2;\n" : "=f"(v) : "l"(p), "l"(policy));
+    asm volatile("ld.global.L2::cache_hint.f32 %0, [%1], %2;\n" : "=f"(v) : "l"(p), "l"(policy));
 #else
     (void)policy;
     v = *p;
 #endif
     return v;
-}
-
-// delta_h = g(h(s-2)) * sum_j W1[j,k] delta_out_j with the current (pre-update) W1, stored multiplied
-// by the unit's rate as the update uses it. One block per unit, and W1 read once for up to NS
-// sequences (n_seq <= NS, a compile-time bucket): thread (g, k) sums the rows j = g mod RG of column k
-// for every sequence (coalesced row reads; delta_out reads are broadcasts), in P interleaved partial sums
-// per sequence; then the groups' sums combine in order g = 0, 1, ... One block per unit, the units with the
-// most outputs first where the engine lists them (unit_order).
-// RG row groups of kThreads / RG columns: 4 for one sequence (the order it always summed in), 5 from two where the
-// hidden rows fit 51 columns (the zoo's 49: a fifth more threads on the rows, so each walks a fifth fewer; more
-// rows would take a second pass over W1). H200 engine A/B, frames/s, 5 against 4: small 2 / 4 sequences +1.3 /
-// +1.7%, med +1.0 / +1.0%, LARGE +0.5 / +0.7%; one sequence small -0.9%, med +0.6%.
-inline int hd_row_groups(int64_t n_seq, int64_t hidden) { return n_seq > 1 && hidden <= kThreads / 5 ? 5 : 4; }
-
-// Rows per trip of hidden_deltas<NS> (the engine's buckets: 1, 2, 4 sequences; from 5 the hidden deltas are a
-// product): workbench (dev/cuda/hidden_deltas.cu), H200, W1 from HBM, U = 4 / 8 / 16: 1 sequence 20.0 / 19.6 /
-// 14.1 us, 2: 28.7 / 30.1 / 20.1, 4: 39.6 / 51.0 / 29.9, 8: 79.7 / 51.4 / 89.1. The best U moves with the code
-// around the loop (before the error sums left the kernel's path: 4 at 8 sequences, 8 at 4): re-measure after a
-// change.
-template <int NS>
-__host__ __device__ constexpr int hd_unroll() {
-    static_assert(NS <= 4, "the buckets end at 4");
-    return 16;
-}
-
-template <int NS, int U = hd_unroll<NS>(), int RG = 4>
-__global__ void __launch_bounds__(kThreads) hidden_deltas(StepArgs a) {
-    constexpr int kCols = kThreads / RG;
-    // U rows per unrolled trip (a multiple of 4, so that any U sums in the same order): the longest
-    // unit's thread walks its M / RG rows in M / (RG U) dependent trips, so U sets how many loads are in
-    // flight; the last rows take one predicated trip with its loads issued together. P interleaved
-    // partial sums per sequence: 4 for one or two sequences (for one, the order this kernel always
-    // summed in), one chain each from four on, where the sequences' chains give the adds their
-    // independence (workbench, H200: 4 sequences 22.7 -> 20.4 us, 16: 123 -> 56 us; 1 and 2 sequences
-    // slower with one chain: 14.8 -> 18.8 and 15.7 -> 25.5 us). Where the loads sit in the unrolled
-    // trip was measured too (the two comments in the loop).
-    static_assert(U % 4 == 0, "U rows per trip keep the chains' order only as a multiple of 4");
-    constexpr int P = NS <= 2 ? 4 : 1;
-    let_next_kernel_launch();
-    await_prior_kernels();
-    const int64_t s = *a.step, u = a.unit_order ? a.unit_order[blockIdx.x] : blockIdx.x;
-    const int old = ring_slot(s - 2);
-    const int g = threadIdx.x / kCols, col = threadIdx.x % kCols;
-    const int n = static_cast<int>(a.n_seq);
-    const int64_t H = a.hidden, K = a.h_off[u + 1] - a.h_off[u], M = a.y_off[u + 1] - a.y_off[u];
-    const float* __restrict__ W1 = a.weights + a.w1_off[u];
-    const float* __restrict__ d = a.delta_out + a.y_off[u];
-    const float lr = a.unit_lr[u];
-    // Up to kHintedSeqs sequences W1 is read under evict_last, as w1_stream_pass reads and writes it. (load_with's
-    // asm is not volatile, so it may move, but not above the wait: its address depends on u, loaded after it.)
-    constexpr bool kKeep = NS <= kHintedSeqs;
-    const uint64_t keep = kKeep ? l2_evict_last() : 0;
-    const auto w1_at = [&](int64_t row, int64_t k) { return kKeep ? load_with(&W1[row * K + k], keep) : W1[row * K + k]; };
-    __shared__ float part[RG][NS][kCols];
-
-    for (int64_t k0 = 0; k0 < H; k0 += kCols) {
-        const int64_t k = k0 + col;
-        if (k < H && (kThreads % RG == 0 || g < RG)) {  // (where RG does not divide the block, its last threads idle)
-            float p[P][NS];
-#pragma unroll
-            for (int t = 0; t < P; ++t)
-#pragma unroll
-                for (int q = 0; q < NS; ++q) p[t][q] = 0.0f;
-            int64_t j = g;
-            const int rk = RG * static_cast<int>(K);  // (a unit's W1 is far below 2^31 floats)
-            for (; j + (U - 1) * RG < M; j += U * RG) {
-                float w[U];  // with one chain per sequence, the U loads are written first (56 against 80 us at 16)
-                // and, with one chain, off the trip's first row at 32-bit offsets: 73 -> 64 registers at 4 sequences,
-                // so 4 blocks a SM instead of 3 (H200, frames/s: small +0.6%, med +0.8%, LARGE +2.2%). With P = 4 the
-                // same form lost 14% at one sequence (its hidden deltas 15.9 -> 32.4 us) and nothing at two.
-                const float* wj = W1 + j * K + k;
-#pragma unroll
-                for (int t = 0; t < U; ++t)
-                    if constexpr (P == 1) w[t] = wj[t * rk];
-#pragma unroll
-                for (int t = 0; t < U; ++t) {
-                    if constexpr (P != 1) w[t] = w1_at(j + t * RG, k);  // (14.1 against 18.2 us at 1)
-#pragma unroll
-                    for (int q = 0; q < NS; ++q)
-                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * RG]));
-                }
-            }
-            if (j < M) {  // the last rows (fewer than U): one trip, loads first, adds where a row exists
-                float w[U];
-#pragma unroll
-                for (int t = 0; t < U; ++t) w[t] = j + t * RG < M ? w1_at(j + t * RG, k) : 0.0f;
-#pragma unroll
-                for (int t = 0; t < U; ++t) {
-                    if (j + t * RG >= M) break;
-#pragma unroll
-                    for (int q = 0; q < NS; ++q)
-                        if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q * a.y_total + j + t * RG]));
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < NS; ++q) {
-                float e = p[0][q];  // P = 4: (p0 + p1) + (p2 + p3), as the one-sequence kernel always summed
-                if constexpr (P == 4) e = __fadd_rn(__fadd_rn(p[0][q], p[1][q]), __fadd_rn(p[2][q], p[3][q]));
-                part[g][q][col] = e;
-            }
-        }
-        __syncthreads();
-        if (g == 0 && k < H) {
-            for (int q = 0; q < n; ++q) {
-                float total = part[0][q][col];
-                for (int t = 1; t < RG; ++t) total = __fadd_rn(total, part[t][q][col]);
-                const float ho = a.h[(old * a.n_seq + q) * a.h_total + a.h_off[u] + k];
-                const float dh = delta(ho, total, a.polynomial, static_cast<Derivative>(a.derivative));
-                a.lr_delta_hidden[q * a.h_total + a.h_off[u] + k] = __fmul_rn(lr, dh);
-            }
-        }
-        __syncthreads();
-    }
 }
 
 __global__ void advance_step(StepArgs a) {

@@ -68,7 +68,7 @@ private:
     // W0's pass on tensor cores (2 to 64 sequences), in precision P.
     template <Precision P>
     void launch_w0_pass(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
-    // A step's deltas: the output deltas, then the hidden deltas (hidden_deltas<NS> below kHiddenProductSeqs sequences,
+    // A step's deltas: the output deltas, then the hidden deltas (hidden_deltas below kHiddenProductSeqs sequences,
     // then hidden_deltas_split or the product, in precision P).
     template <Precision P>
     void launch_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
@@ -121,6 +121,7 @@ private:
     // w1_stream_blocks_ resident blocks (0: the other passes).
     DeviceBuffer<int64_t> w1_tiles_;
     int w1_short_blocks_ = 0, w1_stream_blocks_ = 0;
+    int hd_threads_ = 256;  // the block of hidden_deltas (1-4 sequences; kernels::hd_threads)
     // The hidden deltas of kHiddenProductSeqs to kSplitMaxSeqs sequences on hidden_deltas_split (W1's rows short, at most
     // kSplitRows hidden rows), else as the product (hidden_deltas_'s tiles).
     bool split_hidden_deltas_ = false;

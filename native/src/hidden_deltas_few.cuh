@@ -1,0 +1,158 @@
+// The hidden deltas of 1 to 4 sequences (from kHiddenProductSeqs: hidden_deltas_split or the product), a block per
+// unit:
+//   eps[k, q] = sum_j W1[j, k] delta_out[q, j],   lr_delta_hidden[q, k] = lr * g(h(s-2)[q, k]) * eps[k, q],
+// with the current (pre-update) W1. Thread (g, col) sums the rows j = g mod RG of column k for every sequence
+// (coalesced row reads), U rows a trip, in P interleaved chains per sequence; the RG groups' sums are then added in
+// order g = 0, 1, ... by one thread a sequence: a fixed order.
+// The kernel is bound by its chain of dependent loads, not by W1's bytes (13.8 MB on small: about 3 us at the copy
+// rate; the workbench with 8 outputs a unit, next to nothing to read, takes 6.8 us of the full kernel's 11.4). So:
+// - delta_out staged in shared memory as [row][sequence] (a row's deltas one shared load), its loads issued with
+//   the first trip's W1 rows: a trip is one round trip of W1 loads, where the kernel this replaced (in
+//   step_kernels.cuh until this change) interleaved up to 64 global delta loads with its adds;
+// - the topology read before the wait on the kernels before; the step, the rate, h(s-2) and the first loads right
+//   after it, with nothing at the end waiting on memory.
+// Workbench (dev/cuda/hidden_deltas.cu, H200, small's units, L2 flushed), the kernel before -> this at 256 threads:
+// 1 / 2 / 4 sequences 13.1 -> 11.4, 17.9 -> 11.9, 21.5 -> 12.6 us; med's units 19.0 -> 16.4, 23.6 -> 17.0,
+// 26.7 -> 17.3 us. Engine, frames/s (H200): small +1.0 / +3.4 / +1.4%, med +2.2 / +2.9 / +3.5%, LARGE +0.8 / +2.2 /
+// +3.3% (hd_threads: 512 threads at 3-4 sequences on small, +4.2%).
+#pragma once
+
+#include <type_traits>
+
+#include "step_kernels.cuh"
+
+namespace pvm {
+namespace kernels {
+
+constexpr int kHdRows = 16;        // W1 rows a thread has in flight (a trip)
+constexpr int kHdStageRows = 512;  // delta_out rows staged at once (a unit with more takes several chunks)
+
+// Threads a block: 256 (4 blocks a SM), or 512 (2 a SM, each thread half the rows) at 3-4 sequences where the units
+// fill about one wave of such blocks (n_units <= 2.5 blocks a SM). Engine A/B, H200, frames/s, 512 against 256 threads:
+// small (265 units) 1 / 2 / 4 sequences -0.1 / -0.6 / +2.8%; med (521) 4 sequences -0.5%, LARGE (1,497) -1.0%.
+inline int hd_threads(int64_t n_seq, int64_t n_units, int sms) { return n_seq >= 3 && 2 * n_units <= 5 * int64_t{sms} ? 512 : 256; }
+// A block's threads in row groups of 51 columns where the hidden rows fit them (the zoo's 49), else of 64; more
+// hidden rows take more passes over the columns.
+constexpr int kHdNarrowCols = 51;
+
+// Row r's deltas of every sequence in ds ([row][sequence]) as one shared store or load.
+template <int NS>
+__device__ __forceinline__ void store_deltas(float* ds, int r, const float (&d)[NS]) {
+    if constexpr (NS == 4) reinterpret_cast<float4*>(ds)[r] = make_float4(d[0], d[1], d[2], d[3]);
+    else if constexpr (NS == 2) reinterpret_cast<float2*>(ds)[r] = make_float2(d[0], d[1]);
+    else ds[r] = d[0];
+}
+template <int NS>
+__device__ __forceinline__ void load_deltas(const float* ds, int r, float (&d)[NS]) {
+    if constexpr (NS == 4) {
+        const float4 v = reinterpret_cast<const float4*>(ds)[r];
+        d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
+    } else if constexpr (NS == 2) {
+        const float2 v = reinterpret_cast<const float2*>(ds)[r];
+        d[0] = v.x, d[1] = v.y;
+    } else {
+        d[0] = ds[r];
+    }
+}
+
+// A block of Threads per unit (grid n_units, the units in unit_order where it is set), RG row groups of Threads / RG
+// columns; n_seq <= NS, a compile-time bucket of 1, 2 or 4.
+template <int NS, int Threads, int RG>
+__global__ void __launch_bounds__(Threads, 1024 / Threads) hidden_deltas(StepArgs a) {
+    static_assert(NS == 1 || NS == 2 || NS == 4, "the buckets of 1-4 sequences");
+    static_assert(RG >= NS, "a group's first thread a sequence adds the groups' sums");
+    constexpr int U = kHdRows, kCols = Threads / RG;
+    constexpr int P = NS <= 2 ? 4 : 1;  // chains per sequence: from 4 sequences the sequences' own give the adds room
+    constexpr int kStageTrips = (kHdStageRows + Threads - 1) / Threads;
+    __shared__ __align__(16) float ds[kHdStageRows * NS];
+    __shared__ float part[RG][NS][kCols];
+    let_next_kernel_launch();
+    const int tid = static_cast<int>(threadIdx.x), g = tid / kCols, col = tid % kCols;
+    // The topology never changes: read before the wait.
+    const int64_t u = a.unit_order ? a.unit_order[blockIdx.x] : blockIdx.x;
+    const int64_t H = a.hidden, y0 = a.y_off[u], h0 = a.h_off[u];
+    const int K = static_cast<int>(a.h_off[u + 1] - h0), M = static_cast<int>(a.y_off[u + 1] - y0);  // (a unit's W1
+    const float* __restrict__ W1 = a.weights + a.w1_off[u];                                              // < 2^31 floats)
+    await_prior_kernels();
+    const int n = static_cast<int>(a.n_seq);
+    const int64_t s = *a.step;  // (in flight while the first W1 rows and deltas are asked for)
+    const float lr = a.unit_lr[u];
+    constexpr bool kKeep = NS <= kHintedSeqs;  // W1 under evict_last up to 2 sequences, as the stream pass keeps it
+    const uint64_t keep = kKeep ? l2_evict_last() : 0;
+
+    for (int64_t k0 = 0; k0 < H; k0 += kCols) {
+        const int64_t k = k0 + col;
+        const bool live = k < H && g < RG;  // (where RG does not divide the block, its last threads idle)
+        float ho = 0.0f;                    // thread (g < n, col) finishes sequence g's column k: its h(s-2)
+        float p[P][NS];
+#pragma unroll
+        for (int t = 0; t < P; ++t)
+#pragma unroll
+            for (int q = 0; q < NS; ++q) p[t][q] = 0.0f;
+        const float* __restrict__ wk = W1 + (live ? k : 0);
+        const auto load_trip = [&](float (&w)[U], int c0, int r, int rows) {
+#pragma unroll
+            for (int t = 0; t < U; ++t) {
+                const float* at = wk + (c0 + r + t * RG) * K;
+                w[t] = live && r + t * RG < rows ? (kKeep ? load_with(at, keep) : *at) : 0.0f;
+            }
+        };
+        for (int c0 = 0; c0 < M; c0 += kHdStageRows) {
+            const int rows = M - c0 < kHdStageRows ? M - c0 : kHdStageRows;
+            // The chunk's first trip of W1 rows, its deltas, and (first chunk) h(s-2): all in flight together.
+            int r = g;  // the thread's row of the chunk
+            float w[U];
+            load_trip(w, c0, r, rows);
+            float v[kStageTrips][NS];  // (the sequences past n as zeros)
+#pragma unroll
+            for (int i = 0; i < kStageTrips; ++i)
+#pragma unroll
+                for (int q = 0; q < NS; ++q)
+                    v[i][q] = q < n && tid + i * Threads < rows ? a.delta_out[q * a.y_total + y0 + c0 + tid + i * Threads] : 0.0f;
+            if (c0 == 0 && g < n && k < H) ho = a.h[(ring_slot(s - 2) * a.n_seq + g) * a.h_total + h0 + k];
+            if (c0 > 0) __syncthreads();  // the last chunk's reads of ds are done
+#pragma unroll
+            for (int i = 0; i < kStageTrips; ++i)
+                if (tid + i * Threads < rows) store_deltas<NS>(ds, tid + i * Threads, v[i]);
+            __syncthreads();
+            // A trip's adds: in a full trip every row exists (no test between the shared loads), in the last some.
+            const auto add = [&](auto full) {
+#pragma unroll
+                for (int t = 0; t < U; ++t) {
+                    if (decltype(full)::value || r + t * RG < rows) {
+                        float d[NS];
+                        load_deltas<NS>(ds, r + t * RG, d);
+#pragma unroll
+                        for (int q = 0; q < NS; ++q)
+                            if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q]));
+                    }
+                }
+            };
+            while (true) {
+                if (r + (U - 1) * RG < rows) add(std::true_type{});
+                else add(std::false_type{});
+                r += U * RG;
+                if (r >= rows) break;
+                load_trip(w, c0, r, rows);
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < NS; ++q) {
+            float e = p[0][q];  // P = 4: (p0 + p1) + (p2 + p3)
+            if constexpr (P == 4) e = __fadd_rn(__fadd_rn(p[0][q], p[1][q]), __fadd_rn(p[2][q], p[3][q]));
+            if (g < RG) part[g][q][col] = e;
+        }
+        __syncthreads();
+        if (g < n && k < H) {
+            float total = part[0][g][col];
+#pragma unroll
+            for (int t = 1; t < RG; ++t) total = __fadd_rn(total, part[t][g][col]);
+            const float dh = delta(ho, total, a.polynomial, static_cast<Derivative>(a.derivative));
+            a.lr_delta_hidden[g * a.h_total + h0 + k] = __fmul_rn(lr, dh);
+        }
+        __syncthreads();  // (part is rewritten by the next columns)
+    }
+}
+
+}  // namespace kernels
+}  // namespace pvm
