@@ -276,6 +276,26 @@ def test_native_cuda_longest_first_changes_nothing(n_seq, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name,n_seq", [("tiny", 1), ("small", 1), ("small", 2), ("med", 2)])
+def test_native_cuda_own_output_deltas_change_nothing(name, n_seq, monkeypatch):
+    """At 1-2 sequences the hidden deltas compute their units' output deltas (no output_deltas launch): the state and
+    the error sums of output_deltas, bit for bit (one function computes both)."""
+    spec = transitions(name, 40)
+    frames = random_frames(spec, 40, n_seq=n_seq, seed=6)
+    states, sums = [], []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("PVM_CUDA_OWN_DELTAS", flag)
+        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
+        eng.run(40, iter(frames))
+        states.append(eng.state())
+        sums.append(eng.take_metric_sums())
+    assert_same_state(*states)
+    for got, want in zip(sums[1], sums[0]):
+        assert np.array_equal(got, want)
+    assert sums[1][2] > 0 and np.any(sums[1][0] > 0)  # (sums were taken)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["tiny", "small", "med"])
 def test_native_cuda_streamed_w1_pass_changes_nothing(name, monkeypatch):
     """At one sequence W1's pass streamed by resident blocks (w1_stream_pass, sm_90) gives weight_pass_single's state

@@ -21,12 +21,13 @@ namespace {
 
 constexpr int64_t kHidden = 49, kK = kHidden + 1;
 
-// The engine's kernel for n sequences at T threads a block (its row groups of 51 columns).
+// The engine's kernel for n sequences at T threads a block (its row groups of 51 columns), from delta_out (the
+// engine's computes its units' output deltas first: tests/test_native_engine.py holds those to output_deltas').
 template <int T>
 void launch(const StepArgs& a, unsigned units, int64_t n) {
-    if (n <= 1) hidden_deltas<1, T, T / kHdNarrowCols><<<units, T>>>(a);
-    else if (n <= 2) hidden_deltas<2, T, T / kHdNarrowCols><<<units, T>>>(a);
-    else hidden_deltas<4, T, T / kHdNarrowCols><<<units, T>>>(a);
+    if (n <= 1) hidden_deltas<1, T, T / kHdNarrowCols, false><<<units, T>>>(a);
+    else if (n <= 2) hidden_deltas<2, T, T / kHdNarrowCols, false><<<units, T>>>(a);
+    else hidden_deltas<4, T, T / kHdNarrowCols, false><<<units, T>>>(a);
 }
 
 bool check_and_time(int64_t n) {

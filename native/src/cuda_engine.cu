@@ -465,6 +465,12 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
                                      outputs = [&](int64_t u) { return t.outputs(u); },
                                      hidden_len = [&](int64_t u) { return t.hidden_len(u); };
     hd_threads_ = kernels::hd_threads(n, t.n_units, sms);
+    // Up to 2 sequences the hidden deltas compute their units' output deltas, with no output_deltas launch
+    // (PVM_CUDA_OWN_DELTAS=0: output_deltas does, for comparisons). H200, engine A/B, frames/s: small 1 / 2 / 4
+    // sequences +0.5 / -0.1 / +0.1%, med +1.1 / +1.2 / -1.1% (the deltas phase 2-4 us shorter, the chained step
+    // little: output_deltas mostly overlapped its neighbours already), so not at 3-4.
+    const char* own = std::getenv("PVM_CUDA_OWN_DELTAS");
+    hd_own_deltas_ = n <= kernels::kHdOwnDeltasSeqs && !(own != nullptr && std::strcmp(own, "0") == 0);
     split_hidden_deltas_ = n >= kHiddenProductSeqs && n <= kSplitMaxSeqs && longest <= kernels::kSplitMaxLen &&
                            t.hidden <= kernels::kSplitRows;
     if (split_hidden_deltas_) {
@@ -634,20 +640,26 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
 template <Precision P>
 void CudaEngine::launch_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     using namespace kernels;
-    launch_output_deltas(a, launch);
     if (a.n_seq < kHiddenProductSeqs) {
+        if (!hd_own_deltas_) launch_output_deltas(a, launch);
         by_bucket(a.n_seq, [&](auto bucket) {
             constexpr int NS = decltype(bucket)::value;
             const auto go = [&](auto threads) {
                 constexpr int T = decltype(threads)::value;
-                const auto kernel = a.hidden <= kHdNarrowCols ? hidden_deltas<NS, T, T / kHdNarrowCols> : hidden_deltas<NS, T, T / 64>;
+                auto kernel = a.hidden <= kHdNarrowCols ? hidden_deltas<NS, T, T / kHdNarrowCols, false> : hidden_deltas<NS, T, T / 64, false>;
+                if constexpr (NS <= kHdOwnDeltasSeqs)
+                    if (hd_own_deltas_)
+                        kernel = a.hidden <= kHdNarrowCols ? hidden_deltas<NS, T, T / kHdNarrowCols, true> : hidden_deltas<NS, T, T / 64, true>;
                 PVM_CUDA_CHECK(launch(kernel, static_cast<unsigned>(a.n_units), T, 0, a));
             };
             if constexpr (NS == 4)  // (512 threads only at 3-4 sequences: hd_threads)
                 if (hd_threads_ == 512) return go(std::integral_constant<int, 512>{});
             go(std::integral_constant<int, 256>{});
         });
-    } else if (split_hidden_deltas_) {
+        return;
+    }
+    launch_output_deltas(a, launch);
+    if (split_hidden_deltas_) {
         by_bucket_of_16(a.n_seq, [&](auto bucket) {
             constexpr int NS = decltype(bucket)::value;
             PVM_CUDA_CHECK(

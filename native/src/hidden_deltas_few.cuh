@@ -25,6 +25,7 @@ namespace pvm {
 namespace kernels {
 
 constexpr int kHdRows = 16;        // W1 rows a thread has in flight (a trip)
+constexpr int kHdOwnDeltasSeqs = 2;  // up to this many sequences the kernel computes its units' output deltas
 constexpr int kHdStageRows = 512;  // delta_out rows staged at once (a unit with more takes several chunks)
 
 // Threads a block: 256 (4 blocks a SM), or 512 (2 a SM, each thread half the rows) at 3-4 sequences where the units
@@ -56,8 +57,10 @@ __device__ __forceinline__ void load_deltas(const float* ds, int r, float (&d)[N
 }
 
 // A block of Threads per unit (grid n_units, the units in unit_order where it is set), RG row groups of Threads / RG
-// columns; n_seq <= NS, a compile-time bucket of 1, 2 or 4.
-template <int NS, int Threads, int RG>
+// columns; n_seq <= NS, a compile-time bucket of 1, 2 or 4. With OwnDeltas the block first computes its unit's
+// output deltas (output_delta, as output_deltas does: delta_out, the error sums), so that output_deltas need not
+// run; else it reads delta_out.
+template <int NS, int Threads, int RG, bool OwnDeltas>
 __global__ void __launch_bounds__(Threads, 1024 / Threads) hidden_deltas(StepArgs a) {
     static_assert(NS == 1 || NS == 2 || NS == 4, "the buckets of 1-4 sequences");
     static_assert(RG >= NS, "a group's first thread a sequence adds the groups' sums");
@@ -73,12 +76,29 @@ __global__ void __launch_bounds__(Threads, 1024 / Threads) hidden_deltas(StepArg
     const int64_t H = a.hidden, y0 = a.y_off[u], h0 = a.h_off[u];
     const int K = static_cast<int>(a.h_off[u + 1] - h0), M = static_cast<int>(a.y_off[u + 1] - y0);  // (a unit's W1
     const float* __restrict__ W1 = a.weights + a.w1_off[u];                                              // < 2^31 floats)
+    const bool first = OwnDeltas && tid < M;  // the thread's first output's sources (OwnDeltas)
+    const int64_t target = first ? a.target_src[y0 + tid] : 0, base = first ? a.baseline_src[y0 + tid] : -1;
     await_prior_kernels();
     const int n = static_cast<int>(a.n_seq);
     const int64_t s = *a.step;  // (in flight while the first W1 rows and deltas are asked for)
+    const int cur = ring_slot(s), old = ring_slot(s - 2);
     const float lr = a.unit_lr[u];
     constexpr bool kKeep = NS <= kHintedSeqs;  // W1 under evict_last up to 2 sequences, as the stream pass keeps it
     const uint64_t keep = kKeep ? l2_evict_last() : 0;
+    if constexpr (OwnDeltas) {
+        // The unit's output deltas, output_deltas' work for its outputs (the engine does not launch it at 1-4
+        // sequences) through the same function, so the same values: into delta_out, and the first chunk's into ds.
+        const auto one = [&](int row, int64_t tg, int64_t bs) {
+            const int64_t j = y0 + row;
+            output_delta<NS>(a, s, cur, old, j, tg, bs, 0, 0, n, [&](int64_t q, float d) {
+                a.delta_out[q * a.y_total + j] = d;
+                if (row < kHdStageRows) ds[row * NS + q] = d;
+            });
+        };
+        if (first) one(tid, target, base);
+        for (int row = tid + Threads; row < M; row += Threads) one(row, a.target_src[y0 + row], a.baseline_src[y0 + row]);
+        __syncthreads();  // (ds, and delta_out for the later chunks and column passes)
+    }
 
     for (int64_t k0 = 0; k0 < H; k0 += kCols) {
         const int64_t k = k0 + col;
@@ -104,16 +124,23 @@ __global__ void __launch_bounds__(Threads, 1024 / Threads) hidden_deltas(StepArg
             float w[U];
             load_trip(w, c0, r, rows);
             float v[kStageTrips][NS];  // (the sequences past n as zeros)
+            if (OwnDeltas && k0 == 0 && c0 == 0) {  // (staged by the deltas above)
 #pragma unroll
-            for (int i = 0; i < kStageTrips; ++i)
+                for (int i = 0; i < kStageTrips; ++i)
 #pragma unroll
-                for (int q = 0; q < NS; ++q)
-                    v[i][q] = q < n && tid + i * Threads < rows ? a.delta_out[q * a.y_total + y0 + c0 + tid + i * Threads] : 0.0f;
-            if (c0 == 0 && g < n && k < H) ho = a.h[(ring_slot(s - 2) * a.n_seq + g) * a.h_total + h0 + k];
+                    for (int q = 0; q < NS; ++q) v[i][q] = 0.0f;
+            } else {
+#pragma unroll
+                for (int i = 0; i < kStageTrips; ++i)
+#pragma unroll
+                    for (int q = 0; q < NS; ++q)
+                        v[i][q] = q < n && tid + i * Threads < rows ? a.delta_out[q * a.y_total + y0 + c0 + tid + i * Threads] : 0.0f;
+            }
+            if (c0 == 0 && g < n && k < H) ho = a.h[(old * a.n_seq + g) * a.h_total + h0 + k];
             if (c0 > 0) __syncthreads();  // the last chunk's reads of ds are done
 #pragma unroll
             for (int i = 0; i < kStageTrips; ++i)
-                if (tid + i * Threads < rows) store_deltas<NS>(ds, tid + i * Threads, v[i]);
+                if (!(OwnDeltas && k0 == 0 && c0 == 0) && tid + i * Threads < rows) store_deltas<NS>(ds, tid + i * Threads, v[i]);
             __syncthreads();
             // A trip's adds: in a full trip every row exists (no test between the shared loads), in the last some.
             const auto add = [&](auto full) {

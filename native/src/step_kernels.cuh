@@ -216,6 +216,50 @@ __host__ __device__ inline int64_t delta_groups(int64_t n_seq, int64_t group_seq
 // metrics are taken); sum_unit_errors adds the rows in group order. (One thread per output walking all
 // 256 sequences: 147 us on an H200, small, at 22% occupancy and 2.2 TB/s: too few threads to cover the
 // loads' latency.)
+// Output j's deltas for sequences q_begin <= q < q_end (group g of output_deltas) at step s (ring slots cur of s,
+// old of s - 2), with put(q, delta) storing each; its squared errors (and the baseline's, for a layer-0 output:
+// base >= 0) added to row g of error_sq (baseline_sq) from step 2. target and base: target_src[j] and
+// baseline_src[j]. (output_deltas, and hidden_deltas at 1-4 sequences, which computes its unit's deltas itself.)
+// The sequences' loads are issued W at a time (output_deltas: kSeqGroup).
+template <int W, class Put>
+__device__ __forceinline__ void output_delta(const StepArgs& a, int64_t s, int cur, int old, int64_t j, int64_t target,
+                                             int64_t base, int64_t g, int64_t q_begin, int64_t q_end, Put&& put) {
+    // Every load that does not depend on another is issued first: the sums so far, then the inputs (issued
+    // after the delta_out stores, the sums' loads were a round trip of their own, the compiler not knowing that
+    // they do not alias). With the baseline in the same loop, H100: the deltas phase 24.9 -> 22.7 us at 5
+    // sequences (small), 72.0 -> 68.2 at 64; LARGE 64 342 -> 318.
+    const bool measured = s >= 2;  // steps 0 and 1 compare against the initial all-ones rings: not measured
+    const bool baseline = measured && base >= 0;  // (a layer-0 output)
+    const double e2_before = measured ? a.error_sq[g * a.y_total + j] : 0.0;
+    const double b2_before = baseline ? a.baseline_sq[g * a.y_total + j] : 0.0;
+    double e2 = 0.0, b2 = 0.0;
+    for (int64_t q0 = q_begin; q0 < q_end; q0 += W) {
+        float yo[W], t[W], xo[W];
+#pragma unroll
+        for (int k = 0; k < W; ++k) {
+            const int64_t q = q0 + k;
+            if (q >= q_end) break;
+            yo[k] = a.y[(old * a.n_seq + q) * a.y_total + j];
+            t[k] = a.x[(cur * a.n_seq + q) * a.x_stride + target];
+            xo[k] = baseline ? a.x[(old * a.n_seq + q) * a.x_stride + base] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < W; ++k) {
+            const int64_t q = q0 + k;
+            if (q >= q_end) break;
+            float e = t[k] - yo[k];
+            e2 += static_cast<double>(e) * static_cast<double>(e);
+            const double b = static_cast<double>(t[k]) - static_cast<double>(xo[k]);
+            b2 += b * b;
+            if (a.opt_abs_diff && j < a.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
+            put(q, delta(yo[k], e, a.polynomial, static_cast<Derivative>(a.derivative)));
+        }
+    }
+    if (!measured) return;
+    a.error_sq[g * a.y_total + j] = e2_before + e2;
+    if (baseline) a.baseline_sq[g * a.y_total + j] = b2_before + b2;
+}
+
 __global__ void __launch_bounds__(kThreads, 4) output_deltas(StepArgs a) {
     let_next_kernel_launch();
     await_prior_kernels();
@@ -223,43 +267,9 @@ __global__ void __launch_bounds__(kThreads, 4) output_deltas(StepArgs a) {
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     const int64_t q_begin = g * a.delta_group;
     const int64_t q_end = q_begin + a.delta_group < a.n_seq ? q_begin + a.delta_group : a.n_seq;
-    for (int64_t j = global_thread(); j < a.y_total; j += grid_threads()) {
-        // Every load that does not depend on another is issued first: the sums so far, then the inputs (issued
-        // after the delta_out stores, the sums' loads were a round trip of their own, the compiler not knowing that
-        // they do not alias). With the baseline in the same loop, H100: the deltas phase 24.9 -> 22.7 us at 5
-        // sequences (small), 72.0 -> 68.2 at 64; LARGE 64 342 -> 318.
-        const int64_t target = a.target_src[j], base = a.baseline_src[j];
-        const bool measured = s >= 2;  // steps 0 and 1 compare against the initial all-ones rings: not measured
-        const bool baseline = measured && base >= 0;  // (a layer-0 output)
-        const double e2_before = measured ? a.error_sq[g * a.y_total + j] : 0.0;
-        const double b2_before = baseline ? a.baseline_sq[g * a.y_total + j] : 0.0;
-        double e2 = 0.0, b2 = 0.0;
-        for (int64_t q0 = q_begin; q0 < q_end; q0 += kSeqGroup) {
-            float yo[kSeqGroup], t[kSeqGroup], xo[kSeqGroup];
-#pragma unroll
-            for (int k = 0; k < kSeqGroup; ++k) {
-                const int64_t q = q0 + k;
-                if (q >= q_end) break;
-                yo[k] = a.y[(old * a.n_seq + q) * a.y_total + j];
-                t[k] = a.x[(cur * a.n_seq + q) * a.x_stride + target];
-                xo[k] = baseline ? a.x[(old * a.n_seq + q) * a.x_stride + base] : 0.0f;
-            }
-#pragma unroll
-            for (int k = 0; k < kSeqGroup; ++k) {
-                const int64_t q = q0 + k;
-                if (q >= q_end) break;
-                float e = t[k] - yo[k];
-                e2 += static_cast<double>(e) * static_cast<double>(e);
-                const double b = static_cast<double>(t[k]) - static_cast<double>(xo[k]);
-                b2 += b * b;
-                if (a.opt_abs_diff && j < a.n_units) e = static_cast<float>((e > 0.0f) - (e < 0.0f));
-                a.delta_out[q * a.y_total + j] = delta(yo[k], e, a.polynomial, static_cast<Derivative>(a.derivative));
-            }
-        }
-        if (!measured) continue;
-        a.error_sq[g * a.y_total + j] = e2_before + e2;
-        if (baseline) a.baseline_sq[g * a.y_total + j] = b2_before + b2;
-    }
+    for (int64_t j = global_thread(); j < a.y_total; j += grid_threads())
+        output_delta<kSeqGroup>(a, s, cur, old, j, a.target_src[j], a.baseline_src[j], g, q_begin, q_end,
+                     [&](int64_t q, float d) { a.delta_out[q * a.y_total + j] = d; });
 }
 
 // The sums of v[0:M/2] and v[M/2:M] (two-step half, one-step half) into out[0], out[1], where v[j] is

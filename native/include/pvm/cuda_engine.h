@@ -121,7 +121,8 @@ private:
     // w1_stream_blocks_ resident blocks (0: the other passes).
     DeviceBuffer<int64_t> w1_tiles_;
     int w1_short_blocks_ = 0, w1_stream_blocks_ = 0;
-    int hd_threads_ = 256;  // the block of hidden_deltas (1-4 sequences; kernels::hd_threads)
+    int hd_threads_ = 256;        // the block of hidden_deltas (1-4 sequences; kernels::hd_threads)
+    bool hd_own_deltas_ = false;  // hidden_deltas computes the output deltas (no output_deltas launch; 1-2 sequences)
     // The hidden deltas of kHiddenProductSeqs to kSplitMaxSeqs sequences on hidden_deltas_split (W1's rows short, at most
     // kSplitRows hidden rows), else as the product (hidden_deltas_'s tiles).
     bool split_hidden_deltas_ = false;
