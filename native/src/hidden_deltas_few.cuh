@@ -5,16 +5,18 @@
 // (coalesced row reads), U rows a trip, in P interleaved chains per sequence; the RG groups' sums are then added in
 // order g = 0, 1, ... by one thread a sequence: a fixed order.
 // The kernel is bound by its chain of dependent loads, not by W1's bytes (13.8 MB on small: about 3 us at the copy
-// rate; the workbench with 8 outputs a unit, next to nothing to read, takes 6.8 us of the full kernel's 11.4). So:
+// rate; the workbench with 8 outputs a unit, next to nothing to read, takes 6.7 us of the full kernel's 11.3). So:
 // - delta_out staged in shared memory as [row][sequence] (a row's deltas one shared load), its loads issued with
-//   the first trip's W1 rows: a trip is one round trip of W1 loads, where the kernel this replaced (in
-//   step_kernels.cuh until this change) interleaved up to 64 global delta loads with its adds;
+//   the first trip's W1 rows: a trip is one round trip of W1 loads, where the kernel this replaced
+//   (step_kernels.cuh before 35f1fc4) interleaved up to 64 global delta loads with its adds;
 // - the topology read before the wait on the kernels before; the step, the rate, h(s-2) and the first loads right
-//   after it, with nothing at the end waiting on memory.
-// Workbench (dev/cuda/hidden_deltas.cu, H200, small's units, L2 flushed), the kernel before -> this at 256 threads:
-// 1 / 2 / 4 sequences 13.1 -> 11.4, 17.9 -> 11.9, 21.5 -> 12.6 us; med's units 19.0 -> 16.4, 23.6 -> 17.0,
-// 26.7 -> 17.3 us. Engine, frames/s (H200): small +1.0 / +3.4 / +1.4%, med +2.2 / +2.9 / +3.5%, LARGE +0.8 / +2.2 /
-// +3.3% (hd_threads: 512 threads at 3-4 sequences on small, +4.2%).
+//   after it, with nothing at the end waiting on memory;
+// - at 1-2 sequences the unit's output deltas computed here (OwnDeltas), so that output_deltas is not launched.
+// Workbench (dev/cuda/hidden_deltas.cu, H200, L2 flushed), the kernel before -> this: small's units, 1 / 2 / 4
+// sequences 13.1 -> 11.3, 17.9 -> 12.0, 21.5 -> 12.4 us; med's 19.0 -> 16.4, 23.6 -> 16.9, 26.7 -> 17.3 us. Engine A/B
+// against it (H200, frames/s, 1 / 2 / 3 / 4 sequences): small +1.1 / +3.4 / +3.5 / +4.2%, med +2.2 / +3.0 / +2.9 /
+// +3.6%; the output deltas inside, then, small +0.5 / -0.1 at 1 / 2, med +1.1 / +1.2%
+// (benchmarks/results-hiddendeltas-h200.md).
 #pragma once
 
 #include <type_traits>
@@ -24,13 +26,14 @@
 namespace pvm {
 namespace kernels {
 
-constexpr int kHdRows = 16;        // W1 rows a thread has in flight (a trip)
-constexpr int kHdOwnDeltasSeqs = 2;  // up to this many sequences the kernel computes its units' output deltas
-constexpr int kHdStageRows = 512;  // delta_out rows staged at once (a unit with more takes several chunks)
+constexpr int kHdRows = 16;          // W1 rows a thread has in flight (a trip)
+constexpr int kHdStageRows = 512;    // delta_out rows staged at once (a unit with more takes several chunks)
+constexpr int kHdOwnDeltasSeqs = 2;  // up to this many sequences the kernel computes its units' output deltas (at 4
+                                     // it spilled and lost 1.1% on med)
 
 // Threads a block: 256 (4 blocks a SM), or 512 (2 a SM, each thread half the rows) at 3-4 sequences where the units
 // fill about one wave of such blocks (n_units <= 2.5 blocks a SM). Engine A/B, H200, frames/s, 512 against 256 threads:
-// small (265 units) 1 / 2 / 4 sequences -0.1 / -0.6 / +2.8%; med (521) 4 sequences -0.5%, LARGE (1,497) -1.0%.
+// small (265 units) 1 / 2 / 4 sequences -0.1 / -0.6 / +2.9%; med (521) 4 sequences -0.4%, LARGE (1,497) -1.0%.
 inline int hd_threads(int64_t n_seq, int64_t n_units, int sms) { return n_seq >= 3 && 2 * n_units <= 5 * int64_t{sms} ? 512 : 256; }
 // A block's threads in row groups of 51 columns where the hidden rows fit them (the zoo's 49), else of 64; more
 // hidden rows take more passes over the columns.

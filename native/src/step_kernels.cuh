@@ -206,20 +206,10 @@ __host__ __device__ inline int64_t delta_group_seqs(int64_t n_seq) {
 }
 __host__ __device__ inline int64_t delta_groups(int64_t n_seq, int64_t group_seqs) { return (n_seq + group_seqs - 1) / group_seqs; }
 
-// e = x(s)[target] - y(s-2); delta_out = g(y(s-2)) * e (after the opt_abs_diff sign quirk, §3.11).
-// e itself is not stored (output_errors rebuilds it when asked: 70 MB a step less at n_seq 256, small).
-// For a layer-0 output also the copy-last-frame baseline's squared error, into baseline_sq: the sum over
-// sequences (in order) of (x(s)[target] - x(s-2)[base])^2, the difference in double, in the same loop (56
-// registers under the bound for 4 blocks per SM, no spills; it had a loop of its own that reloaded x(s)[target]).
-// Grid: x over outputs, y over groups of delta_group sequences, each group's squared errors summed
-// (in sequence order) and added to a row of error_sq / baseline_sq of its own (from step 2, until the
-// metrics are taken); sum_unit_errors adds the rows in group order. (One thread per output walking all
-// 256 sequences: 147 us on an H200, small, at 22% occupancy and 2.2 TB/s: too few threads to cover the
-// loads' latency.)
 // Output j's deltas for sequences q_begin <= q < q_end (group g of output_deltas) at step s (ring slots cur of s,
 // old of s - 2), with put(q, delta) storing each; its squared errors (and the baseline's, for a layer-0 output:
 // base >= 0) added to row g of error_sq (baseline_sq) from step 2. target and base: target_src[j] and
-// baseline_src[j]. (output_deltas, and hidden_deltas at 1-4 sequences, which computes its unit's deltas itself.)
+// baseline_src[j]. (output_deltas, and hidden_deltas at 1-2 sequences, which computes its unit's deltas itself.)
 // The sequences' loads are issued W at a time (output_deltas: kSeqGroup).
 template <int W, class Put>
 __device__ __forceinline__ void output_delta(const StepArgs& a, int64_t s, int cur, int old, int64_t j, int64_t target,
@@ -260,6 +250,16 @@ __device__ __forceinline__ void output_delta(const StepArgs& a, int64_t s, int c
     if (baseline) a.baseline_sq[g * a.y_total + j] = b2_before + b2;
 }
 
+// e = x(s)[target] - y(s-2); delta_out = g(y(s-2)) * e (after the opt_abs_diff sign quirk, §3.11).
+// e itself is not stored (output_errors rebuilds it when asked: 70 MB a step less at n_seq 256, small).
+// For a layer-0 output also the copy-last-frame baseline's squared error, into baseline_sq: the sum over
+// sequences (in order) of (x(s)[target] - x(s-2)[base])^2, the difference in double, in the same loop (56
+// registers under the bound for 4 blocks per SM, no spills; it had a loop of its own that reloaded x(s)[target]).
+// Grid: x over outputs, y over groups of delta_group sequences, each group's squared errors summed
+// (in sequence order) and added to a row of error_sq / baseline_sq of its own (from step 2, until the
+// metrics are taken); sum_unit_errors adds the rows in group order. (One thread per output walking all
+// 256 sequences: 147 us on an H200, small, at 22% occupancy and 2.2 TB/s: too few threads to cover the
+// loads' latency.)
 __global__ void __launch_bounds__(kThreads, 4) output_deltas(StepArgs a) {
     let_next_kernel_launch();
     await_prior_kernels();

@@ -69,7 +69,7 @@ private:
     template <Precision P>
     void launch_w0_pass(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     // A step's deltas: the output deltas, then the hidden deltas (hidden_deltas below kHiddenProductSeqs sequences,
-    // then hidden_deltas_split or the product, in precision P).
+    // which at 1-2 computes the output deltas itself; then hidden_deltas_split or the product, in precision P).
     template <Precision P>
     void launch_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     template <class Pixel>
