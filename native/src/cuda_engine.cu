@@ -646,10 +646,13 @@ void CudaEngine::launch_deltas(const kernels::StepArgs& a, const kernels::StepLa
             constexpr int NS = decltype(bucket)::value;
             const auto go = [&](auto threads) {
                 constexpr int T = decltype(threads)::value;
-                auto kernel = a.hidden <= kHdNarrowCols ? hidden_deltas<NS, T, T / kHdNarrowCols, false> : hidden_deltas<NS, T, T / 64, false>;
+                const auto columns = [&](auto own) {  // row groups of 51 columns where the hidden rows fit them, else 64
+                    constexpr bool O = decltype(own)::value;
+                    return a.hidden <= kHdNarrowCols ? hidden_deltas<NS, T, T / kHdNarrowCols, O> : hidden_deltas<NS, T, T / kHdWideCols, O>;
+                };
+                auto kernel = columns(std::false_type{});
                 if constexpr (NS <= kHdOwnDeltasSeqs)
-                    if (hd_own_deltas_)
-                        kernel = a.hidden <= kHdNarrowCols ? hidden_deltas<NS, T, T / kHdNarrowCols, true> : hidden_deltas<NS, T, T / 64, true>;
+                    if (hd_own_deltas_) kernel = columns(std::true_type{});
                 PVM_CUDA_CHECK(launch(kernel, static_cast<unsigned>(a.n_units), T, 0, a));
             };
             if constexpr (NS == 4)  // (512 threads only at 3-4 sequences: hd_threads)

@@ -37,7 +37,7 @@ constexpr int kHdOwnDeltasSeqs = 2;  // up to this many sequences the kernel com
 inline int hd_threads(int64_t n_seq, int64_t n_units, int sms) { return n_seq >= 3 && 2 * n_units <= 5 * int64_t{sms} ? 512 : 256; }
 // A block's threads in row groups of 51 columns where the hidden rows fit them (the zoo's 49), else of 64; more
 // hidden rows take more passes over the columns.
-constexpr int kHdNarrowCols = 51;
+constexpr int kHdNarrowCols = 51, kHdWideCols = 64;
 
 // Row r's deltas of every sequence in ds ([row][sequence]) as one shared store or load.
 template <int NS>
@@ -89,8 +89,9 @@ __global__ void __launch_bounds__(Threads, 1024 / Threads) hidden_deltas(StepArg
     constexpr bool kKeep = NS <= kHintedSeqs;  // W1 under evict_last up to 2 sequences, as the stream pass keeps it
     const uint64_t keep = kKeep ? l2_evict_last() : 0;
     if constexpr (OwnDeltas) {
-        // The unit's output deltas, output_deltas' work for its outputs (the engine does not launch it at 1-4
-        // sequences) through the same function, so the same values: into delta_out, and the first chunk's into ds.
+        // The unit's output deltas, output_deltas' work for its outputs (the engine does not launch it up to
+        // kHdOwnDeltasSeqs sequences) through the same function, so the same values: into delta_out, and the first
+        // chunk's into ds.
         const auto one = [&](int row, int64_t tg, int64_t bs) {
             const int64_t j = y0 + row;
             output_delta<NS>(a, s, cur, old, j, tg, bs, 0, 0, n, [&](int64_t q, float d) {
