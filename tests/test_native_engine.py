@@ -306,6 +306,20 @@ def test_native_cuda_streamed_w1_pass_changes_nothing(name, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", ["tiny", "small", "med"])
+def test_native_cuda_streamed_w1_pass_agrees_with_tiles(name, monkeypatch):
+    """At two sequences W1's streamed pass (FMA chains over the sequences, an entry's inputs one vector load) gives
+    the state of weight_pass_short's tiles (3xTF32) within the GPU tolerance, through the schedule's transitions."""
+    n_seq = 2
+    spec = transitions(name, 40)
+    frames = random_frames(spec, 40, n_seq=n_seq, seed=7)
+    errs = relative_errors(*states_under_switch(monkeypatch, "PVM_CUDA_W1STREAM", spec, frames, n_seq, 40))
+    print(f"{name} n_seq={n_seq} streamed vs tiles: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
+    assert max(errs.values()) <= 1e-4, errs
+    assert max(errs.values()) > 0  # (the two passes did run: their sums differ in rounding)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name,n_seq", [("tiny", 16), ("small", 48), ("tiny", 96), ("small", 128), ("small", 256)])
 def test_native_cuda_wgmma_products_agree_with_mma(name, n_seq, monkeypatch):
     """The products on wgmma (sm_90a) give the state of the mma.sync products within the GPU tolerance."""

@@ -12,11 +12,12 @@
 //     ahead onto the stage's `full` mbarrier (the first ones before the wait on the kernels before), and writes the
 //     updated groups inside the span back once the math warps have `computed` it;
 //   - the math threads gather the tile's inputs, delta_out, lr and mu kStreamInputsAhead tiles ahead (cp.async on
-//     the same barrier), then compute a row per 8 lanes (each lane its entries lane, lane + 8, ... in turn, then the
-//     8 lanes' sums by xor shuffles); the elements of a span's two end groups, which a neighbouring tile shares,
-//     they store themselves. One sequence computes as weight_pass_single<RowW1, 8> does, bit-identical to it; two
-//     in FMA chains over the sequences, as the engine's fused FMA pass of 2-4 sequences did before those moved to
-//     tensor cores (weight_pass_short's tiles, which the engine runs from 3 sequences, compute in 3xTF32).
+//     the same barrier), then compute a row per 8 lanes (each lane its entries lane, lane + 8, ...: all their shared
+//     loads, then their sums and updates in turn, then the 8 lanes' sums by xor shuffles); the elements of a span's
+//     two end groups, which a neighbouring tile shares, they store themselves. One sequence computes as
+//     weight_pass_single<RowW1, 8> does, bit-identical to it; two in FMA chains over the sequences, as the engine's
+//     fused FMA pass of 2-4 sequences did before those moved to tensor cores (weight_pass_short's tiles, which the
+//     engine runs from 3 sequences, compute in 3xTF32).
 // A unit not yet enabled (lr = mu = 0) writes its W unchanged and its V as zeros, as weight_pass_single leaves them.
 #pragma once
 
@@ -35,21 +36,27 @@ constexpr int kStreamMathThreads = kStreamRows * kStreamLanes;  // 256
 constexpr int kStreamThreads = kStreamMathThreads + kWarp;      // and the copy warp
 constexpr int kStreamSpan = kStreamRows * kShortMaxLen + 4;     // a tile's W (or V) from its 16-byte group on
 constexpr int kStreamX = 64;                                    // x(s), x(s-2) of a sequence: the row's entries
+constexpr int kStreamTrips = (kShortMaxLen + kStreamLanes - 1) / kStreamLanes;  // a lane's entries of a row, at most
 // Up to 2 sequences. H200 A/B against weight_pass_short's tiles (frames/s): 2 sequences small +4.3%, med +1.9%, LARGE
 // +0.8%; 4 sequences -1.4%, -3.4%, -4.4% (each row's 8 lanes then do 8 FMAs and 8 shared loads an entry: the W1
-// phase on small 29.9 -> 33.4 us).
+// phase on small 29.9 -> 33.4 us). Again with an entry's inputs as one vector load and a row's loads first (a bucket
+// of 4, 7 stages, 94 registers): 3 / 4 sequences small +1.1 / +0.4% (+1.8 / +1.2% in another call), med -0.7 /
+// -1.0%, LARGE -2.9 / -3.5%; the W1 phase still 28 -> 31 us on small and 115 -> 138 on LARGE (workbench, small's
+// shapes: 29.4 against 33.3 us at 4), so the tiles keep 3-4. The same two changes at 2 sequences: small +0.6 / +1.1%
+// (two calls), med +0.6 / +0.6%, LARGE -0.2 / -0.3%.
 constexpr int kStreamMaxSeqs = 2;
 constexpr int kStreamMaxTiles = 64;                             // a block's tile records, in shared memory
 constexpr int kStreamInputsAhead = 2;
-// A stage of NS sequences (a bucket: n_seq <= NS, the rest zeros): W's span, V's span, x(s) and x(s-2) of each
-// sequence, delta_out of the tile's rows ([sequence][row]), lr and mu; whole 128 bytes, so that the stages stay
-// aligned for the bulk copies.
+// A stage of NS sequences (a bucket: n_seq <= NS, the rest zeros): W's span, V's span, x(s) and x(s-2) of every
+// sequence by entry ([entry][sequence]: one vector load gives an entry's NS inputs), delta_out of the tile's rows
+// ([sequence][row]), lr and mu; whole 128 bytes, so that the stages stay aligned for the bulk copies.
 template <int NS>
 struct StreamStage {
-    static constexpr int kXAt = 2 * kStreamSpan, kDeltaAt = kXAt + 2 * NS * kStreamX, kRatesAt = kDeltaAt + NS * kStreamRows;
+    static constexpr int kXAt = 2 * kStreamSpan, kOldXAt = kXAt + NS * kStreamX, kDeltaAt = kOldXAt + NS * kStreamX;
+    static constexpr int kRatesAt = kDeltaAt + NS * kStreamRows;
     static constexpr int kFloats = (kRatesAt + 2 + 31) / 32 * 32;
 };
-static_assert(kStreamSpan % 4 == 0, "16-byte groups");
+static_assert(kStreamSpan % 4 == 0, "16-byte groups (and the inputs' vectors)");
 // Stages: W and V S - 1 tiles ahead, two blocks a SM. H200, engine A/B against weight_pass_single (frames/s, n_seq 1):
 // 8 / 6 / 4 stages small +7.3 / +7.7 / +5.7%, med +6.6 / +6.3 / +5.8%, LARGE +6.2 / +5.9 / +5.2%; one block a SM of
 // 8 stages +1.7 / +1.1 / 0.0%, of 4 -11 to -13% (the bytes in flight halved). With two sequences' inputs 8 stages
@@ -134,6 +141,19 @@ __device__ void stream_copies(const StepArgs& a, const int64_t* records, int cou
     bulk_wait<0>();  // the stores are done before the block's shared memory goes
 }
 
+// An entry's NS inputs from a stage, as one vector load (NS = 2 or 4: 8- or 16-byte aligned).
+template <int NS>
+__device__ __forceinline__ void load_entry(const float* p, float (&x)[NS]) {
+    static_assert(NS == 2 || NS == 4, "a float2 or a float4");
+    if constexpr (NS == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    } else {
+        const float2 v = *reinterpret_cast<const float2*>(p);
+        x[0] = v.x, x[1] = v.y;
+    }
+}
+
 // The math threads: a row per kStreamLanes lanes of every tile, as the copy warp's `full` says it has landed.
 template <int NS>
 __device__ void stream_math(const StepArgs& a, const int64_t* records, int count, float* smem, uint64_t* full, uint64_t* computed) {
@@ -158,10 +178,11 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
         const ShortTile T = short_tile(records + kShortTileInts * i);
         float* st = smem + stage_of<S>(i) * St::kFloats;
         for (int e = tid; e < St::kRatesAt + 2 - St::kXAt; e += kStreamMathThreads) {
-            if (e < 2 * NS * kStreamX) {  // (x(s) of sequences 0..NS-1, then x(s-2))
+            if (e < 2 * NS * kStreamX) {  // (x(s) of sequences 0..NS-1, then x(s-2); entry c of sequence q at c * NS + q)
                 const int c = e % kStreamX, q = e / kStreamX % NS;
                 const bool ok = c < T.len && q < n;
-                copy_async4(st + St::kXAt + e, (e < NS * kStreamX ? h_cur : h_old) + (ok ? q * a.h_total + T.h + c : 0), ok);
+                const int at = NS == 1 ? e : e / (NS * kStreamX) * (St::kOldXAt - St::kXAt) + c * NS + q;
+                copy_async4(st + St::kXAt + at, (e < NS * kStreamX ? h_cur : h_old) + (ok ? q * a.h_total + T.h + c : 0), ok);
             } else if (e < 2 * NS * kStreamX + NS * kStreamRows) {
                 const int r = (e - 2 * NS * kStreamX) % kStreamRows, q = (e - 2 * NS * kStreamX) / kStreamRows;
                 const bool ok = r < T.rows && q < n;
@@ -184,7 +205,7 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
         if (row < T.rows) {
             const StreamSpan sp(T);
             float* st = smem + stage_of<S>(j) * St::kFloats;
-            const float* xs = st + St::kXAt;  // x(s) of sequence q at q * kStreamX, x(s-2) past NS of them
+            const float* xs = st + St::kXAt;  // x(s), then x(s-2) at kOldXAt, by entry (StreamStage)
             const float lr = st[St::kRatesAt], mu = st[St::kRatesAt + 1];
             const bool active = !(lr == 0.0f && mu == 0.0f);
             float ld[NS], acc[NS];
@@ -194,23 +215,45 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
                 acc[q] = 0.0f;
             }
             float* W = a.weights + sp.g0;
-            for (int c = l, p = sp.phase + row * T.len + l; c < T.len; c += kStreamLanes, p += kStreamLanes) {
-                const float w = st[p], v = st[kStreamSpan + p];
+            // The row's entries l, l + 8, ... (at most kStreamTrips): every shared load first, then the sums and
+            // the update in entry order (a loop of load, compute, store made each entry's loads wait for the
+            // stores before them, which may alias them).
+            const int p0 = sp.phase + row * T.len + l;
+            float w[kStreamTrips], v[kStreamTrips], x[kStreamTrips][NS], xo[kStreamTrips][NS];
+#pragma unroll
+            for (int i = 0; i < kStreamTrips; ++i) {
+                const int c = l + i * kStreamLanes, p = p0 + i * kStreamLanes;
+                if (c < T.len) {
+                    w[i] = st[p];
+                    v[i] = st[kStreamSpan + p];
+                    if constexpr (NS == 1) {
+                        x[i][0] = xs[c];
+                        xo[i][0] = xs[St::kOldXAt - St::kXAt + c];
+                    } else {
+                        load_entry<NS>(xs + c * NS, x[i]);
+                        load_entry<NS>(xs + St::kOldXAt - St::kXAt + c * NS, xo[i]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < kStreamTrips; ++i) {
+                const int c = l + i * kStreamLanes, p = p0 + i * kStreamLanes;
+                if (c >= T.len) break;
                 float vn;
                 if constexpr (NS == 1) {  // weight_pass_single's arithmetic
-                    acc[0] = __fadd_rn(acc[0], __fmul_rn(w, xs[c]));
-                    vn = __fmaf_rn(mu, v, __fmul_rn(ld[0], xs[kStreamX + c]));
+                    acc[0] = __fadd_rn(acc[0], __fmul_rn(w[i], x[i][0]));
+                    vn = __fmaf_rn(mu, v[i], __fmul_rn(ld[0], xo[i][0]));
                 } else {  // FMA chains over the sequences (spare sequences: inputs 0, lr*delta 0)
                     float g = 0.0f;
 #pragma unroll
                     for (int q = 0; q < NS; ++q) {
-                        acc[q] = __fmaf_rn(w, xs[q * kStreamX + c], acc[q]);
-                        g = __fmaf_rn(ld[q], xs[(NS + q) * kStreamX + c], g);
+                        acc[q] = __fmaf_rn(w[i], x[i][q], acc[q]);
+                        g = __fmaf_rn(ld[q], xo[i][q], g);
                     }
-                    vn = __fmaf_rn(mu, v, __fmul_rn(g, inv_n));
+                    vn = __fmaf_rn(mu, v[i], __fmul_rn(g, inv_n));
                 }
                 vn = active ? vn : 0.0f;
-                const float wn = active ? __fadd_rn(w, vn) : w;
+                const float wn = active ? __fadd_rn(w[i], vn) : w[i];
                 st[p] = wn;
                 st[kStreamSpan + p] = vn;
                 if (p < sp.whole_lo || p >= sp.whole_hi) {  // an end group's element: the copy warp stores the rest
@@ -240,7 +283,7 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
 // Launched on resident blocks (block b: stream_first_tile's share of n_tiles, at most kStreamMaxTiles) with
 // stream_shared_bytes<NS>() of dynamic shared memory; n_seq <= NS. sm_90 only (bulk copies).
 template <int NS>
-__global__ void __launch_bounds__(kStreamThreads) w1_stream_pass(StepArgs a, const int64_t* __restrict__ tiles, int n_tiles) {
+__global__ void __launch_bounds__(kStreamThreads, 2) w1_stream_pass(StepArgs a, const int64_t* __restrict__ tiles, int n_tiles) {
     constexpr int S = stream_stages<NS>();
     static_assert(NS >= 1 && NS <= kStreamMaxSeqs && kStreamInputsAhead < S, "a stage is refilled after its store has read it");
     static_assert(kStreamMaxSeqs <= kHintedSeqs, "the hidden deltas read W1 as evict_last where this pass keeps it");
