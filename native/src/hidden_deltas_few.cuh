@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(Threads, 1024 / Threads) hidden_deltas(StepArg
     const int64_t s = *a.step;  // (in flight while the first W1 rows and deltas are asked for)
     const int cur = ring_slot(s), old = ring_slot(s - 2);
     const float lr = a.unit_lr[u];
-    constexpr bool kKeep = NS <= kHintedSeqs;  // W1 under evict_last up to 2 sequences, as the stream pass keeps it
-    const uint64_t keep = kKeep ? l2_evict_last() : 0;
+    const uint64_t keep = l2_evict_last();  // W1 under evict_last (step_kernels.cuh)
     if constexpr (OwnDeltas) {
         // The unit's output deltas, output_deltas' work for its outputs (the engine does not launch it up to
         // kHdOwnDeltasSeqs sequences) through the same function, so the same values: into delta_out, and the first
@@ -118,7 +117,7 @@ __global__ void __launch_bounds__(Threads, 1024 / Threads) hidden_deltas(StepArg
 #pragma unroll
             for (int t = 0; t < U; ++t) {
                 const float* at = wk + (c0 + r + t * RG) * K;
-                w[t] = live && r + t * RG < rows ? (kKeep ? load_with(at, keep) : *at) : 0.0f;
+                w[t] = live && r + t * RG < rows ? load_with(at, keep) : 0.0f;
             }
         };
         for (int c0 = 0; c0 < M; c0 += kHdStageRows) {

@@ -57,6 +57,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2) hidden_deltas_split(StepArgs
     const int64_t K = a.y_off[u + 1] - a.y_off[u];
     const int len = static_cast<int>(a.h_off[u + 1] - a.h_off[u]);
     const float* W = a.weights + a.w1_off[u];
+    const uint64_t keep = l2_evict_last();  // W1 under evict_last (step_kernels.cuh)
     const float* D = a.delta_out + a.y_off[u];  // delta_out[q, j] at D[q * y_total + j]
     const int n = static_cast<int>(a.n_seq);
     const int64_t n_slabs = (K + kSplitSlab - 1) / kSplitSlab;
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2) hidden_deltas_split(StepArgs
             const int rows = static_cast<int>(K - j0 < kSplitSlab ? K - j0 : kSplitSlab);
             const float* span = W + j0 * len;
             const int phase = float_phase(span), groups = (phase + rows * len + 3) / 4;
-            for (int q4 = tid; q4 < groups; q4 += kSplitThreads) copy_async16(st + 4 * q4, span - phase + 4 * q4, true);
+            for (int q4 = tid; q4 < groups; q4 += kSplitThreads) copy_async16(st + 4 * q4, span - phase + 4 * q4, true, keep);
             float* ds = st + kSplitSpan;
 #pragma unroll
             for (int c = 0; c < NS * kSplitSlab / kSplitThreads; ++c) {

@@ -331,13 +331,18 @@ __global__ void accumulate_metrics(StepArgs a) {
 }
 
 // An L2 policy keeping what it touches past ordinary lines (evict_last), and a load under a policy (sm_80+). W1 and V1
-// at 1-2 sequences (kHintedSeqs: w1_stream_pass's buckets) are read and written under it, so that more of them are
-// still in L2 when the next step's hidden deltas and W1 pass come back to them while W0 and V0 stream through. H200,
-// frames/s against no hints, one sequence (two runs of 2-3 rounds): small +0.7 / +1.7%, med +0.4 / +0.8%, LARGE
-// +0.9 / +1.9%; two sequences 0.0%, 0.0%, +0.5%. A persisting share of L2 for them (cudaLimitPersistingL2CacheSize,
-// min(W1 + V1, 37.5 MiB)) lost 14% (small) to 51% (LARGE) at one sequence: the W0 pass, left the rest of L2 for its
-// writes, slowed from 67 to 87 us (small) and 131 to 290 us (med).
-constexpr int kHintedSeqs = 2;
+// are read and written under it by the W1 pass at 1-2 sequences (w1_stream_pass), and W1 is read under it by the hidden
+// deltas up to 16 sequences (hidden_deltas, hidden_deltas_split), so that more of them are still in L2 when the W1
+// pass and the next step come back to them while W0 and V0 stream through. H200, frames/s against no hints:
+//   - the W1 pass and the hidden deltas at one sequence (two runs of 2-3 rounds): small +0.7 / +1.7%, med +0.4 / +0.8%,
+//     LARGE +0.9 / +1.9%; two sequences 0.0%, 0.0%, +0.5%;
+//   - the hidden deltas alone at 3 / 4 sequences (the W1 pass there, weight_pass_short, has no hints; with them too it
+//     lost 1% on small): small +1.5 / +1.5%, med -0.1 / -0.1%, LARGE +0.4 / +0.4%; at 5 / 8 / 16: small +1.7 / +1.7 /
+//     +1.5%, med +0.2 / +0.1 / -0.1%, LARGE +0.4 / +0.4 / -0.1%. (Why the reads alone pay there was not measured; on
+//     small the W0 pass, timed alone, was 1-4 us shorter with them.)
+// A persisting share of L2 for W1 and V1 (cudaLimitPersistingL2CacheSize, min(W1 + V1, 37.5 MiB)) lost 14% (small) to
+// 51% (LARGE) at one sequence: the W0 pass, left the rest of L2 for its writes, slowed from 67 to 87 us (small) and
+// 131 to 290 us (med).
 __device__ __forceinline__ uint64_t l2_evict_last() {
     uint64_t policy = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -435,6 +440,11 @@ __device__ __forceinline__ void copy_async4(float* dst, const float* src, bool v
 // The same for 16 bytes (dst and src 16-byte aligned); not cached in L1.
 __device__ __forceinline__ void copy_async16(float* dst, const float* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+// The same under an L2 policy (l2_evict_last).
+__device__ __forceinline__ void copy_async16(float* dst, const float* src, bool valid, uint64_t policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(shared_address(dst)), "l"(src),
+                 "r"(valid ? 16 : 0), "l"(policy));
 }
 // A 16-byte store (dst 16-byte aligned) as one st.global.v4: the compiler splits a float4 store whose
 // alignment it cannot prove into four.

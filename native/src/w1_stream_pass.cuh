@@ -110,7 +110,7 @@ __device__ void stream_copies(const StepArgs& a, const int64_t* records, int cou
         await_prior_kernels();
         return;
     }
-    const uint64_t keep = l2_evict_last();  // (W1 and V1 under evict_last: step_kernels.cuh, kHintedSeqs)
+    const uint64_t keep = l2_evict_last();  // (W1 and V1 under evict_last: step_kernels.cuh)
     const auto load = [&](int i) {
         const StreamSpan sp(short_tile(records + kShortTileInts * i));
         float* st = smem + stage_of<S>(i) * kStageFloats;
@@ -286,7 +286,6 @@ template <int NS>
 __global__ void __launch_bounds__(kStreamThreads, 2) w1_stream_pass(StepArgs a, const int64_t* __restrict__ tiles, int n_tiles) {
     constexpr int S = stream_stages<NS>();
     static_assert(NS >= 1 && NS <= kStreamMaxSeqs && kStreamInputsAhead < S, "a stage is refilled after its store has read it");
-    static_assert(kStreamMaxSeqs <= kHintedSeqs, "the hidden deltas read W1 as evict_last where this pass keeps it");
 #if PVM_BULK_COPIES
     extern __shared__ __align__(128) float stream_smem[];
     __shared__ uint64_t full[S], computed[S];
