@@ -62,7 +62,7 @@ __host__ __device__ constexpr size_t mma_product_shared_bytes() { return sizeof(
 // thread's copies are one address stepped by copy_step, moved by slab_step per slab, and whether a copy
 // is inside the matrix is a bit (along x) and one compare with what is left along k: no index arithmetic
 // per copy (computing every address and bound from (k, x) was a third of mma_product's instructions).
-template <bool kAlongK, int kExtent, int kSlab, int kStride, int kThreadCount>
+template <bool kAlongK, int kExtent, int kSlab, int kStride, int kThreadCount, bool kKeep = false>
 struct SlabCopies {
     static constexpr int kInner = kAlongK ? kSlab : kExtent, kOuterStep = kThreadCount / kInner;
     static constexpr int kCopies = kSlab * kExtent / kThreadCount;
@@ -83,7 +83,9 @@ struct SlabCopies {
         for (int c = 0; c < kCopies; ++c)
             if (x0 + x + (kAlongK ? c * kOuterStep : 0) < X) x_inside |= 1u << c;
         dst = k * kStride + (x ^ swizzle(k));
+        if constexpr (kKeep) policy = l2_evict_last();
     }
+    uint64_t policy = 0;  // kKeep: the copies under evict_last
     // Along k, a warp's copies are 16 or 32 k x a few x: rows kStride = 8 (mod 32) words apart put k and
     // k + 4 in one bank. x is stored xor'ed with 2 * (k / 4 % 4) there, which spreads a warp's stores over all
     // 32 banks; the fragment reads (k / 4 fixed per read) stay conflict-free. Along x there is nothing to fix.
@@ -96,11 +98,17 @@ struct SlabCopies {
 #pragma unroll
         for (int c = 0; c < kCopies; ++c) {
             const bool ok = (kAlongK ? 0 : c * kOuterStep) < k_left && ((x_inside >> c) & 1u);
-            copy_async4(stage + dst + c * kOuterStep * (kAlongK ? 1 : kStride), ok ? s : base, ok);
+            if constexpr (kKeep) copy_async4(stage + dst + c * kOuterStep * (kAlongK ? 1 : kStride), ok ? s : base, ok, policy);
+            else copy_async4(stage + dst + c * kOuterStep * (kAlongK ? 1 : kStride), ok ? s : base, ok);
             s += copy_step;
         }
     }
 };
+// Whether a tile shape copies its A operand under evict_last (S::kKeepA; false where a shape does not say).
+template <class S, class = void>
+struct KeepsA : std::false_type {};
+template <class S>
+struct KeepsA<S, std::void_t<decltype(S::kKeepA)>> : std::bool_constant<S::kKeepA> {};
 
 // SlabCopies of an IndexedOperand (W0's products reading x from the step's sources): the same slab layout,
 // swizzle and masks, each copy from base[index[k] + x * sx] (along k) or base[k * sk + index[x]] (along x).
@@ -204,7 +212,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) live[mt] = m0 + wm + 16 * mt < p.M;
 
-    using ACopies = SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount>;
+    using ACopies = SlabCopies<P::kAAlongK, BM, KS, kAStride, kThreadCount, KeepsA<Shape>::value>;
     using BCopies = OperandSlabCopies<P::kBIndexed, P::kBAlongK, BN, KS, kBStride, kThreadCount>;
     const ACopies a_copies(p.A, m0, p.K, p.M);
     const BCopies b_copies(p.B, n0, p.K, p.N);

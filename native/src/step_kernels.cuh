@@ -332,8 +332,9 @@ __global__ void accumulate_metrics(StepArgs a) {
 
 // An L2 policy keeping what it touches past ordinary lines (evict_last), and a load under a policy (sm_80+). W1 and V1
 // are read and written under it by the W1 pass at 1-2 sequences (w1_stream_pass), and W1 is read under it by the hidden
-// deltas up to 16 sequences (hidden_deltas, hidden_deltas_split), so that more of them are still in L2 when the W1
-// pass and the next step come back to them while W0 and V0 stream through. H200, frames/s against no hints:
+// deltas up to 32 sequences (hidden_deltas, hidden_deltas_split, the product's 32-column tiles: unit_products.cuh), so
+// that more of them are still in L2 when the W1 pass and the next step come back to them while W0 and V0 stream
+// through. H200, frames/s against no hints:
 //   - the W1 pass and the hidden deltas at one sequence (two runs of 2-3 rounds): small +0.7 / +1.7%, med +0.4 / +0.8%,
 //     LARGE +0.9 / +1.9%; two sequences 0.0%, 0.0%, +0.5%;
 //   - the hidden deltas alone at 3 / 4 sequences (the W1 pass there, weight_pass_short, has no hints; with them too it
@@ -436,6 +437,11 @@ __device__ __forceinline__ unsigned shared_address(const void* p) { return stati
 // Asynchronous 4-byte copy global -> shared (sm_80+); src_bytes 0 fills zero and reads nothing.
 __device__ __forceinline__ void copy_async4(float* dst, const float* src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)), "l"(src), "r"(valid ? 4 : 0));
+}
+// The same under an L2 policy (l2_evict_last).
+__device__ __forceinline__ void copy_async4(float* dst, const float* src, bool valid, uint64_t policy) {
+    asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, %2, %3;\n" ::"r"(shared_address(dst)), "l"(src),
+                 "r"(valid ? 4 : 0), "l"(policy));
 }
 // The same for 16 bytes (dst and src 16-byte aligned); not cached in L1.
 __device__ __forceinline__ void copy_async16(float* dst, const float* src, bool valid) {

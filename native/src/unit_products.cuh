@@ -113,7 +113,12 @@ struct HiddenDeltas {
     // Up to 32 sequences: 32-column tiles of 8 warps, each 16 x 16 (a 64-column tile is mostly copies of
     // columns past n_seq; with 265 tiles, one per unit, a block's instruction chain is the time).
     // Workbench, H100, against the wgmma tiles: 31.3 -> 27.7 us at 16 sequences, 32.9 -> 27.3 at 32.
-    using MmaTilesFew = MmaShape<32, 32, 3, 3, 4, 2>;
+    // W1 (A) is copied under evict_last, as the hidden-deltas kernels below 17 sequences read it (step_kernels.cuh):
+    // H200, frames/s, 17 / 24 / 32 sequences small +1.4 / +1.3 / +1.3%, med 0.0 / -0.2 / -0.3%, LARGE 0.0 / -0.1 /
+    // -0.4% (two rounds).
+    struct MmaTilesFew : MmaShape<32, 32, 3, 3, 4, 2> {
+        static constexpr bool kKeepA = true;
+    };
     // On sm_90a from 33 sequences: W1's rows (along x) and delta_out's (along k) as 16-byte windows. Workbench
     // (H100) against the tiles before (wgmma up to 64, mma.sync above): 40.2 -> 36.3 us at 64 sequences,
     // 97.6 -> 92.3 at 256, 349 -> 339 at 1,024.
