@@ -141,17 +141,12 @@ __device__ void stream_copies(const StepArgs& a, const int64_t* records, int cou
     bulk_wait<0>();  // the stores are done before the block's shared memory goes
 }
 
-// An entry's NS inputs from a stage, as one vector load (NS = 2 or 4: 8- or 16-byte aligned).
+// An entry's two sequences' inputs from a stage, as one 8-byte load.
 template <int NS>
 __device__ __forceinline__ void load_entry(const float* p, float (&x)[NS]) {
-    static_assert(NS == 2 || NS == 4, "a float2 or a float4");
-    if constexpr (NS == 4) {
-        const float4 v = *reinterpret_cast<const float4*>(p);
-        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-    } else {
-        const float2 v = *reinterpret_cast<const float2*>(p);
-        x[0] = v.x, x[1] = v.y;
-    }
+    static_assert(NS == 2, "a float2 (the bucket of 4 that took a float4 is not kept: above)");
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    x[0] = v.x, x[1] = v.y;
 }
 
 // The math threads: a row per kStreamLanes lanes of every tile, as the copy warp's `full` says it has landed.
