@@ -4,7 +4,9 @@
 // take the SM slots that kernel leaves free and its last blocks leave behind, instead of waiting for it
 // to end and for a new launch to ramp up. Before await_prior_kernels() a kernel may only read what no
 // kernel before it in the step writes, as those may still run (any of them, not only the one before):
-// the topology, and the weights and momenta (a step writes them after every read of them). Every block
+// the topology, and the weights and momenta (a step writes them after every read of them; their writer in
+// the step before has ended, as each step is a graph launch of its own, which the stream starts only once
+// the one before it has completed: no programmatic edge crosses a step). Every block
 // calls await_prior_kernels() on every path, so a kernel ends only after all before it have ended and
 // their writes are visible: the chain keeps stream order.
 // Without the launch attribute (pre-Hopper, CUDA before 12.3, PVM_CUDA_CHAIN=0, profiling, and from 9
