@@ -39,26 +39,6 @@ inline int hd_threads(int64_t n_seq, int64_t n_units, int sms) { return n_seq >=
 // hidden rows take more passes over the columns.
 constexpr int kHdNarrowCols = 51, kHdWideCols = 64;
 
-// Row r's deltas of every sequence in ds ([row][sequence]) as one shared store or load.
-template <int NS>
-__device__ __forceinline__ void store_deltas(float* ds, int r, const float (&d)[NS]) {
-    if constexpr (NS == 4) reinterpret_cast<float4*>(ds)[r] = make_float4(d[0], d[1], d[2], d[3]);
-    else if constexpr (NS == 2) reinterpret_cast<float2*>(ds)[r] = make_float2(d[0], d[1]);
-    else ds[r] = d[0];
-}
-template <int NS>
-__device__ __forceinline__ void load_deltas(const float* ds, int r, float (&d)[NS]) {
-    if constexpr (NS == 4) {
-        const float4 v = reinterpret_cast<const float4*>(ds)[r];
-        d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
-    } else if constexpr (NS == 2) {
-        const float2 v = reinterpret_cast<const float2*>(ds)[r];
-        d[0] = v.x, d[1] = v.y;
-    } else {
-        d[0] = ds[r];
-    }
-}
-
 // A block of Threads per unit (grid n_units, the units in unit_order where it is set), RG row groups of Threads / RG
 // columns; n_seq <= NS, a compile-time bucket of 1, 2 or 4. With OwnDeltas the block first computes its unit's
 // output deltas (output_delta, as output_deltas does: delta_out, the error sums), so that output_deltas need not
@@ -143,7 +123,7 @@ __global__ void __launch_bounds__(Threads, 1024 / Threads) hidden_deltas(StepArg
             if (c0 > 0) __syncthreads();  // the last chunk's reads of ds are done
 #pragma unroll
             for (int i = 0; i < kStageTrips; ++i)
-                if (!(OwnDeltas && k0 == 0 && c0 == 0) && tid + i * Threads < rows) store_deltas<NS>(ds, tid + i * Threads, v[i]);
+                if (!(OwnDeltas && k0 == 0 && c0 == 0) && tid + i * Threads < rows) store_row<NS>(ds, tid + i * Threads, v[i]);
             __syncthreads();
             // A trip's adds: in a full trip every row exists (no test between the shared loads), in the last some.
             const auto add = [&](auto full) {
@@ -151,7 +131,7 @@ __global__ void __launch_bounds__(Threads, 1024 / Threads) hidden_deltas(StepArg
                 for (int t = 0; t < U; ++t) {
                     if (decltype(full)::value || r + t * RG < rows) {
                         float d[NS];
-                        load_deltas<NS>(ds, r + t * RG, d);
+                        load_row<NS>(ds, r + t * RG, d);
 #pragma unroll
                         for (int q = 0; q < NS; ++q)
                             if (q < n) p[t % P][q] = __fadd_rn(p[t % P][q], __fmul_rn(w[t], d[q]));

@@ -98,8 +98,9 @@ struct SlabCopies {
 #pragma unroll
         for (int c = 0; c < kCopies; ++c) {
             const bool ok = (kAlongK ? 0 : c * kOuterStep) < k_left && ((x_inside >> c) & 1u);
-            if constexpr (kKeep) copy_async4(stage + dst + c * kOuterStep * (kAlongK ? 1 : kStride), ok ? s : base, ok, policy);
-            else copy_async4(stage + dst + c * kOuterStep * (kAlongK ? 1 : kStride), ok ? s : base, ok);
+            float* to = stage + dst + c * kOuterStep * (kAlongK ? 1 : kStride);
+            if constexpr (kKeep) copy_async4(to, ok ? s : base, ok, policy);
+            else copy_async4(to, ok ? s : base, ok);
             s += copy_step;
         }
     }

@@ -452,6 +452,28 @@ __device__ __forceinline__ void copy_async16(float* dst, const float* src, bool 
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(shared_address(dst)), "l"(src),
                  "r"(valid ? 16 : 0), "l"(policy));
 }
+// Row r of an array of rows of NS floats ([row][NS], aligned to 4 NS bytes) as one store or load (NS = 1, 2 or 4): the
+// hidden deltas' staged delta_out, the W1 stream pass's inputs by entry.
+template <int NS>
+__device__ __forceinline__ void store_row(float* rows, int r, const float (&v)[NS]) {
+    static_assert(NS == 1 || NS == 2 || NS == 4, "a float, float2 or float4");
+    if constexpr (NS == 4) reinterpret_cast<float4*>(rows)[r] = make_float4(v[0], v[1], v[2], v[3]);
+    else if constexpr (NS == 2) reinterpret_cast<float2*>(rows)[r] = make_float2(v[0], v[1]);
+    else rows[r] = v[0];
+}
+template <int NS>
+__device__ __forceinline__ void load_row(const float* rows, int r, float (&v)[NS]) {
+    static_assert(NS == 1 || NS == 2 || NS == 4, "a float, float2 or float4");
+    if constexpr (NS == 4) {
+        const float4 q = reinterpret_cast<const float4*>(rows)[r];
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else if constexpr (NS == 2) {
+        const float2 q = reinterpret_cast<const float2*>(rows)[r];
+        v[0] = q.x, v[1] = q.y;
+    } else {
+        v[0] = rows[r];
+    }
+}
 // A 16-byte store (dst 16-byte aligned) as one st.global.v4: the compiler splits a float4 store whose
 // alignment it cannot prove into four.
 __device__ __forceinline__ void store16(float* dst, float4 v) {

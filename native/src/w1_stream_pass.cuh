@@ -141,14 +141,6 @@ __device__ void stream_copies(const StepArgs& a, const int64_t* records, int cou
     bulk_wait<0>();  // the stores are done before the block's shared memory goes
 }
 
-// An entry's two sequences' inputs from a stage, as one 8-byte load.
-template <int NS>
-__device__ __forceinline__ void load_entry(const float* p, float (&x)[NS]) {
-    static_assert(NS == 2, "a float2 (the bucket of 4 that took a float4 is not kept: above)");
-    const float2 v = *reinterpret_cast<const float2*>(p);
-    x[0] = v.x, x[1] = v.y;
-}
-
 // The math threads: a row per kStreamLanes lanes of every tile, as the copy warp's `full` says it has landed.
 template <int NS>
 __device__ void stream_math(const StepArgs& a, const int64_t* records, int count, float* smem, uint64_t* full, uint64_t* computed) {
@@ -221,13 +213,8 @@ __device__ void stream_math(const StepArgs& a, const int64_t* records, int count
                 if (c < T.len) {
                     w[i] = st[p];
                     v[i] = st[kStreamSpan + p];
-                    if constexpr (NS == 1) {
-                        x[i][0] = xs[c];
-                        xo[i][0] = xs[St::kOldXAt - St::kXAt + c];
-                    } else {
-                        load_entry<NS>(xs + c * NS, x[i]);
-                        load_entry<NS>(xs + St::kOldXAt - St::kXAt + c * NS, xo[i]);
-                    }
+                    load_row<NS>(xs + c * NS, 0, x[i]);  // (entry c's inputs: row c of [entry][sequence])
+                    load_row<NS>(xs + St::kOldXAt - St::kXAt + c * NS, 0, xo[i]);
                 }
             }
 #pragma unroll
