@@ -1,5 +1,6 @@
 // Workbench: the five per-unit products of a many-sequence step (W0 forward, W1 forward, hidden deltas,
-// W0 update, W1 update) on tensor cores (native/src/mma_products.cuh, 3xTF32) against a CPU reference
+// W0 update, W1 update) on tensor cores (native/src/mma_products.cuh, 3xTF32) and in plain FP32 FMAs
+// (native/src/fma_product.cuh; "FMA" in the labels) against a CPU reference
 // in double (every 8th unit), on one step of a small.json-like stack: 265 units of 49 hidden rows,
 // 700..1499 inputs and 150..409 outputs per unit. Each product is checked and timed under several tile
 // shapes, with its least traffic (operands once, W and V read and written for an update) against the
@@ -163,8 +164,12 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
         const char* kind = "";
         if constexpr (IsWgmmaShape<Shape>::value) kind = Shape::kWindow ? "wgmma window " : "wgmma ";
         if (precision != Precision::kFp32) kind = precision == Precision::kTf32 ? "TF32 " : "BF16 ";
-        std::snprintf(label, sizeof label, "%s64x%d slab %dx%d, %d/SM, %dx%d w", kind,
-                      Shape::kCols, Shape::kSlab, Shape::kStages, Shape::kMinBlocks, Shape::kWarpsM, Shape::kWarpsN);
+        if constexpr (IsFmaShape<Shape>::value)
+            std::snprintf(label, sizeof label, "FMA 64x%d slab %dx%d, %d/SM, %dx%d a thread", Shape::kCols, Shape::kSlab,
+                          Shape::kStages, Shape::kMinBlocks, Shape::kTm, Shape::kTn);
+        else
+            std::snprintf(label, sizeof label, "%s64x%d slab %dx%d, %d/SM, %dx%d w", kind, Shape::kCols, Shape::kSlab,
+                          Shape::kStages, Shape::kMinBlocks, Shape::kWarpsM, Shape::kWarpsN);
         // 3xTF32: ~22 bits per operand; sums of ~1,000 terms measured at 2.2e-6. The opt-in modes' errors are what
         // they measure; their bounds only catch a broken fragment layout.
         const bool good = err <= (precision == Precision::kFp32 ? 5e-6 : precision == Precision::kTf32 ? 2e-3 : 2e-2);
@@ -212,20 +217,28 @@ int main(int argc, char** argv) {
         using WgNarrow = WgmmaShape<64, 8, 5, 4>;
         using WgNarrowDeep = WgmmaShape<64, 16, 4, 3>;
         using WgNarrowShort = WgmmaShape<64, 8, 3, 4>;
-        ok &= bench<W0Forward, MmaWide, Tf32Wide, Bf16Wide, MmaWideFew, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
+        using FmaWide = FmaShape<128, 16, 3, 2>;  // plain FP32 FMAs (fma_product.cuh): 8 x 8 a thread
+        using FmaWide3 = FmaShape<128, 16, 3, 3>;
+        using FmaWideQuad = FmaShape<128, 16, 3, 2, 4, 8>;  // 4 x 8 a thread, 256 threads
+        using FmaNarrow = FmaShape<64, 16, 3, 4>;       // 64 threads
+        using FmaNarrowDeep = FmaShape<64, 32, 3, 4>;
+        using FmaNarrowQuad = FmaShape<64, 16, 3, 3, 4, 8>;  // 128 threads
+        using FmaWideDeep = FmaShape<128, 32, 3, 2>;  // W1's K = 50 in flight at once (2 slabs of 32)
+        using ShallowDeep = MmaShape<64, 32, 3, 3>;
+        ok &= bench<W0Forward, MmaWide, FmaWide, FmaWideQuad, Tf32Wide, Bf16Wide, MmaWideFew, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
             "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_stride), 2.0 * N * w0, [&] { return forward_ref(L, S, n, true); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
-        ok &= bench<W0Update, MmaWide, Tf32Wide, Bf16Wide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(
+        ok &= bench<W0Update, MmaWide, FmaWide, FmaWideQuad, Tf32Wide, Bf16Wide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(
             "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_stride, 2.0 * N * w0, [&] { return update_ref(L, S, n, true); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
-        ok &= bench<W1Forward, MmaNarrowShallow, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
+        ok &= bench<W1Forward, MmaNarrowShallow, ShallowDeep, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
             "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return forward_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), n, kHidden + 1}; }, copy_bw);
-        ok &= bench<W1Update, MmaNarrowRow, Tf32Row, Bf16Row, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x2>(
+        ok &= bench<W1Update, MmaNarrowRow, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Row, Bf16Row, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x2>(
             "W1 update", 3, L, S, n, 16.0 * w1 + 4.0 * N * L.y_total, 2.0 * N * w1, [&] { return update_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), kHidden + 1, n}; }, copy_bw);
         using WindowShallow = WgmmaShape<64, 8, 5, 4, true>;
-        ok &= bench<HiddenDeltas, MmaNarrow, Tf32Narrow, Bf16Narrow, HiddenDeltas::MmaTilesFew, HiddenDeltas::WgmmaTiles, WgNarrowDeep, WindowShallow, MmaNarrowQuad, MmaNarrowRow>(
+        ok &= bench<HiddenDeltas, MmaNarrow, FmaWide, FmaWideQuad, FmaNarrow, FmaNarrowQuad, Tf32Narrow, Bf16Narrow, HiddenDeltas::MmaTilesFew, HiddenDeltas::WgmmaTiles, WgNarrowDeep, WindowShallow, MmaNarrowQuad, MmaNarrowRow>(
             "hidden deltas", 2, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return hidden_deltas_ref(L, S, n); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, outputs(u)}; }, copy_bw);
     }

@@ -43,6 +43,15 @@ struct WgmmaShape {
     static constexpr bool kWindow = Window;
 };
 
+// A tile shape of fma_product (fma_product.cuh, plain FP32 FMAs): 64 x kCols outputs per block, Tm x Tn adjacent
+// outputs a thread, slabs kSlab deep through kStages stages, at least kMinBlocks blocks per SM.
+template <int Cols, int Slab, int Stages, int MinBlocks, int Tm = 8, int Tn = 8>
+struct FmaShape {
+    static constexpr int kCols = Cols, kSlab = Slab, kStages = Stages, kMinBlocks = MinBlocks, kTm = Tm, kTn = Tn;
+    static constexpr int kThreads = (64 / Tm) * (Cols / Tn);
+    static_assert(Tm % 4 == 0 && Tn % 4 == 0 && 64 % (4 * Tm) == 0 && Cols % (8 * Tn) == 0, "warps of 4 x 8 threads");
+};
+
 // ---- the products ----------------------------------------------------------------------------
 
 // Where an operand's entries are: entry (k, x) at base[k * sk + x * sx] (x = m for A, n for B).
