@@ -1,8 +1,10 @@
 // Many sequences: the per-unit products of unit_products.cuh in plain FP32 FMAs,
 //   C[m, n] = sum_k A[k, m] B[k, n],
-// for the products that 3xTF32 serves worst. Why: W1's three products (K = 50 for the forward, M = 49 or
-// N = 50 for the others) are short, and mma_product spends most of their instructions splitting operands
-// (3xTF32) and addressing copies, not multiplying (benchmarks/NOTES.md).
+// in the products workbench (dev/cuda/mma_products.cu); the engine does not use it yet. Why: W1's three products
+// (K = 50 for the forward, M = 49 or N = 50 for the others) are short, and on tensor cores the W1 forward runs at
+// about a fifth of the FP32 rate at 1,024 sequences. A first version of this kernel (4 x 4 or 4 x 8 outputs a
+// thread) lost to the tensor cores everywhere but the W1 update at 64 sequences, bound by shared-memory loads
+// (benchmarks/results-fma-products-h100.md); this one has not run yet.
 // A block computes a 64 x kCols tile of one unit's C, its operands staged in slabs of kSlab k through kStages
 // stages of shared memory by mma_product's copies (SlabCopies: [k][x], along-k operands swizzled). A thread
 // sums kTm x kTn adjacent outputs, reading its kTm values of A and kTn of B per k as float4s (a warp is 4 x 8
