@@ -222,11 +222,11 @@ def test_native_cuda_tiles_cover_any_shape(hidden_block, n_seq):
     assert max(errs.values()) <= 1e-4, errs
 
 
-def states_under_switch(monkeypatch, switch, spec, frames, n_seq, steps, check=None):
-    """The CUDA engine's state after ``steps`` steps with the environment switch ``switch`` at "0", then at "1";
-    ``check(engine, flag)`` runs on each engine before it steps."""
+def states_under_switch(monkeypatch, switch, spec, frames, n_seq, steps, check=None, values=("0", "1")):
+    """The CUDA engine's state after ``steps`` steps with the environment switch ``switch`` at each of ``values``
+    ("0", then "1"); ``check(engine, flag)`` runs on each engine before it steps."""
     states = []
-    for flag in ("0", "1"):
+    for flag in values:
         monkeypatch.setenv(switch, flag)
         eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
         if check is not None:
@@ -334,6 +334,24 @@ def test_native_cuda_wgmma_products_agree_with_mma(name, n_seq, monkeypatch):
     errs = relative_errors(*states_under_switch(monkeypatch, "PVM_CUDA_WGMMA", spec, frames, n_seq, 40, check))
     print(f"{name} n_seq={n_seq} wgmma vs mma.sync: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
     assert max(errs.values()) <= 1e-4, errs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,n_seq,letters", [("tiny", 48, "fuh"), ("small", 64, "FUH"), ("small", 72, "fuh"),
+                                                ("tiny", 200, "FUH"), ("tiny", 72, "s"), ("small", 200, "S")])
+def test_native_cuda_other_product_shapes(name, n_seq, letters, monkeypatch):
+    """W1's products and the hidden deltas in plain FP32 FMAs (PVM_CUDA_FMA f, u, h, both shapes of each) give the
+    tensor cores' state within the GPU tolerance, and not bit for bit (the switch took effect); the W1 forward over
+    several column tiles a block (s, S: span_product, the same sums in the same order) gives it bit for bit."""
+    spec = transitions(name, 40)
+    frames = random_frames(spec, 40, n_seq=n_seq)
+    states = states_under_switch(monkeypatch, "PVM_CUDA_FMA", spec, frames, n_seq, 40, values=("", letters))
+    if set(letters) <= set("sS"):
+        assert_same_state(*states)
+        return
+    errs = relative_errors(*states)
+    print(f"{name} n_seq={n_seq} FMA ({letters}) vs tensor cores: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
+    assert 0 < max(errs.values()) <= 1e-4, errs
 
 
 @pytest.mark.gpu

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <functional>
 #include <stdexcept>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "pvm/cuda_check.h"
 #include "pvm/cuda_graph.h"
@@ -54,6 +56,7 @@ constexpr int64_t kMmaMinSeqs = 2, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProduc
 // The hidden deltas' split sums up to this many sequences (H100, small, bench against the product: 5 +12.3%,
 // 8 +11.0%, 16 +4.1%, 32 -1.6%; workbench at 32: 34.0 against 30.9 us).
 constexpr int64_t kSplitMaxSeqs = 16;
+constexpr int64_t kFmaMinSeqs = 33;  // PVM_CUDA_FMA (an experiment): W1's products on FMAs from here
 // From this many sequences (every weight_pass_mma bucket and the products) the x ring holds each step's sources
 // (input_layout): the pass and the products read their inputs with 4-byte copies, which can gather them.
 constexpr int64_t kBuiltInputsMinSeqs = kMmaMinSeqs;
@@ -300,6 +303,45 @@ void allow_product_shared_on(bool wgmma) {
         if (wgmma) allow_mma_product_shared<Product, Wgmma>();
 }
 
+// The other shapes of PVM_CUDA_FMA (an experiment): per product, the shapes its letters pick (1: lower case, 2: upper;
+// the W1 forward also 3 and 4: s and S, several column tiles a block on tensor cores, span_product.cuh).
+struct AltShapes {
+    using FmaNarrow = kernels::FmaShape<64, 16, 3, 4>;
+    using FmaWide = kernels::FmaShape<128, 16, 3, 2>;
+    using FmaNarrowQuad = kernels::FmaShape<64, 16, 3, 3, 4, 8>;
+    using Span4 = kernels::SpanShape<64, 4, 16, 4, 3>;
+    using Span8 = kernels::SpanShape<64, 8, 16, 4, 3>;
+};
+template <class Product>
+struct AltShapesOf {
+    using type = std::tuple<AltShapes::FmaNarrow, AltShapes::FmaWide>;
+};
+template <>
+struct AltShapesOf<kernels::W1Update> {
+    using type = std::tuple<AltShapes::FmaNarrow, AltShapes::FmaNarrowQuad>;
+};
+template <>
+struct AltShapesOf<kernels::W1Forward> {
+    using type = std::tuple<AltShapes::FmaNarrow, AltShapes::FmaWide, AltShapes::Span4, AltShapes::Span8>;
+};
+// f(shape) for Product's shape `which` (1-based; 0: none).
+template <class List, class F, size_t... I>
+void by_alt_shape_in(int which, F& f, std::index_sequence<I...>) {
+    ((which == static_cast<int>(I) + 1 ? f(std::tuple_element_t<I, List>{}) : void()), ...);
+}
+template <class Product, class F>
+void by_alt_shape(int which, F&& f) {
+    using List = typename AltShapesOf<Product>::type;
+    by_alt_shape_in<List>(which, f, std::make_index_sequence<std::tuple_size_v<List>>{});
+}
+// The tile list's columns under shape `which` (tensor_cols for 0).
+template <class Product>
+int alt_cols(int which, int tensor_cols) {
+    int cols = tensor_cols;
+    by_alt_shape<Product>(which, [&](auto s) { cols = decltype(s)::kCols; });
+    return cols;
+}
+
 // The same for every product a step of n sequences launches in precision P (wgmma: the engine's wgmma_).
 template <Precision P>
 void allow_products_shared(int64_t n, bool wgmma) {
@@ -465,6 +507,13 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
                                      outputs = [&](int64_t u) { return t.outputs(u); },
                                      hidden_len = [&](int64_t u) { return t.hidden_len(u); };
     hd_threads_ = kernels::hd_threads(n, t.n_units, sms);
+    if (const char* fma = std::getenv("PVM_CUDA_FMA"); fma != nullptr && n >= kFmaMinSeqs &&
+                                                        cfg_.precision == static_cast<int>(Precision::kFp32)) {
+        const auto pick = [&](char c) { return std::strchr(fma, c) ? 1 : std::strchr(fma, c - 'a' + 'A') ? 2 : 0; };
+        fma_w1_forward_ = pick('f') != 0 ? pick('f') : longest <= 64 && pick('s') != 0 ? 2 + pick('s') : 0;
+        fma_w1_update_ = pick('u');
+        fma_hidden_ = pick('h');
+    }
     // Up to 2 sequences the hidden deltas compute their units' output deltas, with no output_deltas launch
     // (PVM_CUDA_OWN_DELTAS=0: output_deltas does, for comparisons). H200, engine A/B, frames/s: small 1 / 2 / 4
     // sequences +0.5 / -0.1 / +0.1%, med +1.1 / +1.2 / -1.1% (the deltas phase 2-4 us shorter, the chained step
@@ -486,17 +535,23 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         using HiddenDeltas = kernels::HiddenDeltas;
         const bool few = n <= HiddenDeltas::MmaTilesFew::kCols;
         hidden_deltas_ = DeviceBuffer<int32_t>(product_tiles(
-            t.n_units, few ? HiddenDeltas::MmaTilesFew::kCols : HiddenDeltas::MmaTiles::kCols, hidden, seqs, outputs));
+            t.n_units, few ? HiddenDeltas::MmaTilesFew::kCols : alt_cols<HiddenDeltas>(fma_hidden_, HiddenDeltas::MmaTiles::kCols),
+            hidden, seqs, outputs));
     }
     if (n >= kProductSeqs && n > kMmaMaxSeqs) {
         w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::MmaTiles::kCols, hidden, seqs, inputs));
         w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::MmaTiles::kCols, hidden, inputs, seqs));
     }
     if (n >= kProductSeqs && n > kMmaW1MaxSeqs) {
-        w1_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Forward::MmaTiles::kCols, outputs, seqs, hidden_len));
-        w1_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W1Update::MmaTiles::kCols, outputs, hidden_len, seqs));
+        w1_forward_ = DeviceBuffer<int32_t>(product_tiles(
+            t.n_units, alt_cols<kernels::W1Forward>(fma_w1_forward_, kernels::W1Forward::MmaTiles::kCols), outputs, seqs, hidden_len));
+        w1_update_ = DeviceBuffer<int32_t>(product_tiles(
+            t.n_units, alt_cols<kernels::W1Update>(fma_w1_update_, kernels::W1Update::MmaTiles::kCols), outputs, hidden_len, seqs));
     }
     by_precision(cfg_.precision, [&](auto prec) { allow_products_shared<decltype(prec)::value>(n, wgmma_); });
+    by_alt_shape<kernels::W1Forward>(fma_w1_forward_, [](auto s) { allow_mma_product_shared<kernels::W1Forward, decltype(s)>(); });
+    by_alt_shape<kernels::W1Update>(fma_w1_update_, [](auto s) { allow_mma_product_shared<kernels::W1Update, decltype(s)>(); });
+    by_alt_shape<kernels::HiddenDeltas>(fma_hidden_, [](auto s) { allow_mma_product_shared<kernels::HiddenDeltas, decltype(s)>(); });
     // hidden_deltas (1-4 sequences) takes the units with the most outputs first (as weight_pass_mma's blocks and the
     // products' tiles are listed): the last blocks to start are then the shortest, where the units fill more than one
     // wave of its blocks (med at 4 sequences, 3 blocks a SM: +3.5%). PVM_CUDA_LPT=0 keeps the topology's order.
@@ -616,9 +671,15 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     } else if (a.n_seq <= kMmaMaxSeqs) {
         launch_w0_pass<P>(a, launch);
         mark("w0 forward+update");
-        launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
+        if (fma_w1_forward_ != 0)
+            by_alt_shape<W1Forward>(fma_w1_forward_, [&](auto s) { launch_product<W1Forward, decltype(s)>(a, w1_forward_, launch); });
+        else
+            launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
         mark("w1 forward");
-        launch_product_on<W1Update, W1Update::WgmmaTilesFew, W1Update::MmaTiles, P>(wgmma_, a, w1_update_, launch);
+        if (fma_w1_update_ != 0)
+            by_alt_shape<W1Update>(fma_w1_update_, [&](auto s) { launch_product<W1Update, decltype(s)>(a, w1_update_, launch); });
+        else
+            launch_product_on<W1Update, W1Update::WgmmaTilesFew, W1Update::MmaTiles, P>(wgmma_, a, w1_update_, launch);
         mark("w1 update");
     } else {
         // All four on mma.sync: with x gathered (W0Forward) and the old state prefetched (W0Update, W1Update)
@@ -628,11 +689,17 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         else
             launch_product<W0Forward, WithPrecision<W0Forward::MmaTilesOneColumn, P>>(a, w0_forward_, launch);
         mark("w0 forward");
-        launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
+        if (fma_w1_forward_ != 0)
+            by_alt_shape<W1Forward>(fma_w1_forward_, [&](auto s) { launch_product<W1Forward, decltype(s)>(a, w1_forward_, launch); });
+        else
+            launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
         mark("w1 forward");
         launch_product<W0Update, WithPrecision<W0Update::MmaTiles, P>>(a, w0_update_, launch);
         mark("w0 update");
-        launch_product<W1Update, WithPrecision<W1Update::MmaTiles, P>>(a, w1_update_, launch);
+        if (fma_w1_update_ != 0)
+            by_alt_shape<W1Update>(fma_w1_update_, [&](auto s) { launch_product<W1Update, decltype(s)>(a, w1_update_, launch); });
+        else
+            launch_product<W1Update, WithPrecision<W1Update::MmaTiles, P>>(a, w1_update_, launch);
         mark("w1 update");
     }
 }
@@ -670,6 +737,8 @@ void CudaEngine::launch_deltas(const kernels::StepArgs& a, const kernels::StepLa
         });
     } else if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols) {
         launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, P>>(a, hidden_deltas_, launch);
+    } else if (fma_hidden_ != 0) {
+        by_alt_shape<HiddenDeltas>(fma_hidden_, [&](auto s) { launch_product<HiddenDeltas, decltype(s)>(a, hidden_deltas_, launch); });
     } else {
         launch_product_on<HiddenDeltas, HiddenDeltas::WgmmaTiles, HiddenDeltas::MmaTiles, P>(wgmma_, a, hidden_deltas_, launch);
     }

@@ -3,7 +3,9 @@
 // one-pass TF32 or on FMAs (benchmarks/NOTES.md): with K = 50 each 64 x 64 tile is a pipeline fill, a few slabs and an
 // epilogue. Here a block stages A (64 rows x all of K) once, then walks kSpan column tiles with each tile's whole B
 // (K x kTileCols) double-buffered, so the next tile's copies are in flight during a tile's sums and epilogue.
-// In the products workbench (dev/cuda/mma_products.cu) only; the engine does not use it.
+// In the products workbench (dev/cuda/mma_products.cu) and behind the engine's experiment switch (PVM_CUDA_FMA s, S).
+// Measured (benchmarks/results-fma-products-h100.md, H100): the workbench (cold L2) no faster than mma_product; the
+// engine small -2.7 / +0.3 / +1.1% at 64 / 256 / 1,024 sequences (W1 forward 398 -> 366 us at 1,024).
 // The fragment code and the outputs are mma_product's (mma_products.cuh); the same sums in the same order.
 #pragma once
 
