@@ -357,7 +357,9 @@ void allow_products_shared(int64_t n, bool wgmma) {
     }
     if (n >= kProductSeqs && n > kMmaW1MaxSeqs) {
         allow_mma_product_shared<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>();
-        allow_product_shared_on<W1Update, W1Update::WgmmaTilesFew, W1Update::MmaTiles, P>(wgmma);
+        allow_mma_product_shared<W1Update, WithPrecision<W1Update::MmaTiles, P>>();
+        if constexpr (P == Precision::kFp32)
+            if (n <= kMmaMaxSeqs) allow_mma_product_shared<W1Update, W1Update::FmaTilesFew>();
     }
 }
 
@@ -659,11 +661,11 @@ void launch_product_on(bool wgmma, const kernels::StepArgs& a, const DeviceBuffe
 template <Precision P, class Mark>
 void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
     using namespace kernels;
-    // wgmma (sm_90a, default precision) where the workbench measured it ahead (benchmarks/NOTES.md); same
-    // tile lists. (The hidden deltas' product, where it runs, takes 32-column tiles on either up to 32 sequences: a
-    // tile list of its own.)
+    // wgmma (sm_90a, default precision) where the workbench measured it ahead (benchmarks/NOTES.md), and the W1 update
+    // on FMAs up to 64 sequences (default precision); same tile lists. (The hidden deltas' product, where it runs,
+    // takes 32-column tiles up to 32 sequences: a tile list of its own.)
     static_assert(HiddenDeltas::WgmmaTiles::kCols == HiddenDeltas::MmaTiles::kCols &&
-                      W1Update::WgmmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
+                      W1Update::FmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
     launch_deltas<P>(a, launch);
     mark("deltas");
     if (a.n_seq <= kMmaW1MaxSeqs) {
@@ -678,8 +680,10 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         mark("w1 forward");
         if (fma_w1_update_ != 0)
             by_alt_shape<W1Update>(fma_w1_update_, [&](auto s) { launch_product<W1Update, decltype(s)>(a, w1_update_, launch); });
+        else if constexpr (P == Precision::kFp32)
+            launch_product<W1Update, W1Update::FmaTilesFew>(a, w1_update_, launch);
         else
-            launch_product_on<W1Update, W1Update::WgmmaTilesFew, W1Update::MmaTiles, P>(wgmma_, a, w1_update_, launch);
+            launch_product<W1Update, WithPrecision<W1Update::MmaTiles, P>>(a, w1_update_, launch);
         mark("w1 update");
     } else {
         // All four on mma.sync: with x gathered (W0Forward) and the old state prefetched (W0Update, W1Update)
