@@ -338,17 +338,13 @@ def test_native_cuda_wgmma_products_agree_with_mma(name, n_seq, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,n_seq,letters", [("tiny", 48, "fuh"), ("small", 64, "FUH"), ("small", 72, "fuh"),
-                                                ("tiny", 200, "FUH"), ("tiny", 72, "s"), ("small", 200, "S")])
-def test_native_cuda_other_product_shapes(name, n_seq, letters, monkeypatch):
+                                                ("tiny", 200, "FUH")])
+def test_native_cuda_fma_products_agree_with_tensor_cores(name, n_seq, letters, monkeypatch):
     """W1's products and the hidden deltas in plain FP32 FMAs (PVM_CUDA_FMA f, u, h, both shapes of each) give the
-    tensor cores' state within the GPU tolerance, and not bit for bit (the switch took effect); the W1 forward over
-    several column tiles a block (s, S: span_product, the same sums in the same order) gives it bit for bit."""
+    default kernels' state within the GPU tolerance, and not bit for bit (the switch took effect)."""
     spec = transitions(name, 40)
     frames = random_frames(spec, 40, n_seq=n_seq)
     states = states_under_switch(monkeypatch, "PVM_CUDA_FMA", spec, frames, n_seq, 40, values=("", letters))
-    if set(letters) <= set("sS"):
-        assert_same_state(*states)
-        return
     errs = relative_errors(*states)
     print(f"{name} n_seq={n_seq} FMA ({letters}) vs tensor cores: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
     assert 0 < max(errs.values()) <= 1e-4, errs

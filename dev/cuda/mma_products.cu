@@ -1,7 +1,6 @@
 // Workbench: the five per-unit products of a many-sequence step (W0 forward, W1 forward, hidden deltas,
 // W0 update, W1 update) on tensor cores (native/src/mma_products.cuh, 3xTF32) and in plain FP32 FMAs
-// (native/src/fma_product.cuh; "FMA" in the labels; the W1 forward also over several column tiles a block,
-// native/src/span_product.cuh, "span") against a CPU reference
+// (native/src/fma_product.cuh; "FMA" in the labels) against a CPU reference
 // in double (every 8th unit), on one step of a small.json-like stack: 265 units of 49 hidden rows,
 // 700..1499 inputs and 150..409 outputs per unit. Each product is checked and timed under several tile
 // shapes, with its least traffic (operands once, W and V read and written for an update) against the
@@ -165,10 +164,7 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
         const char* kind = "";
         if constexpr (IsWgmmaShape<Shape>::value) kind = Shape::kWindow ? "wgmma window " : "wgmma ";
         if (precision != Precision::kFp32) kind = precision == Precision::kTf32 ? "TF32 " : "BF16 ";
-        if constexpr (IsSpanShape<Shape>::value)
-            std::snprintf(label, sizeof label, "span %d x 64x%d, slab %dx%d, %d/SM, %dx%d w", Shape::kSpan, Shape::kTileCols,
-                          Shape::kSlab, Shape::kMaxSlabs, Shape::kMinBlocks, Shape::kWarpsM, Shape::kWarpsN);
-        else if constexpr (IsFmaShape<Shape>::value)
+        if constexpr (IsFmaShape<Shape>::value)
             std::snprintf(label, sizeof label, "FMA 64x%d slab %dx%d, %d/SM, %dx%d a thread", Shape::kCols, Shape::kSlab,
                           Shape::kStages, Shape::kMinBlocks, Shape::kTm, Shape::kTn);
         else
@@ -229,18 +225,13 @@ int main(int argc, char** argv) {
         using FmaNarrowQuad = FmaShape<64, 16, 3, 3, 4, 8>;  // 128 threads
         using FmaWideDeep = FmaShape<128, 32, 3, 2>;  // W1's K = 50 in flight at once (2 slabs of 32)
         using ShallowDeep = MmaShape<64, 32, 3, 3>;
-        using Span2 = SpanShape<64, 2, 16, 4, 3>;  // span_product: several column tiles a block, A staged once
-        using Span4 = SpanShape<64, 4, 16, 4, 3>;
-        using Span8 = SpanShape<64, 8, 16, 4, 3>;
-        using Span4x4 = SpanShape<64, 4, 16, 4, 4>;
-        using Span4Wide = SpanShape<128, 4, 16, 4, 2, 2, 4>;
         ok &= bench<W0Forward, MmaWide, FmaWide, FmaWideQuad, Tf32Wide, Bf16Wide, MmaWideFew, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
             "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_stride), 2.0 * N * w0, [&] { return forward_ref(L, S, n, true); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
         ok &= bench<W0Update, MmaWide, FmaWide, FmaWideQuad, Tf32Wide, Bf16Wide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(
             "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_stride, 2.0 * N * w0, [&] { return update_ref(L, S, n, true); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
-        ok &= bench<W1Forward, MmaNarrowShallow, Span2, Span4, Span8, Span4x4, Span4Wide, ShallowDeep, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
+        ok &= bench<W1Forward, MmaNarrowShallow, ShallowDeep, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
             "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return forward_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), n, kHidden + 1}; }, copy_bw);
         ok &= bench<W1Update, MmaNarrowRow, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Row, Bf16Row, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x2>(

@@ -303,14 +303,11 @@ void allow_product_shared_on(bool wgmma) {
         if (wgmma) allow_mma_product_shared<Product, Wgmma>();
 }
 
-// The other shapes of PVM_CUDA_FMA (an experiment): per product, the shapes its letters pick (1: lower case, 2: upper;
-// the W1 forward also 3 and 4: s and S, several column tiles a block on tensor cores, span_product.cuh).
+// The other shapes of PVM_CUDA_FMA (an experiment): per product, the shapes its letters pick (1: lower case, 2: upper).
 struct AltShapes {
     using FmaNarrow = kernels::FmaShape<64, 16, 3, 4>;
     using FmaWide = kernels::FmaShape<128, 16, 3, 2>;
     using FmaNarrowQuad = kernels::FmaShape<64, 16, 3, 3, 4, 8>;
-    using Span4 = kernels::SpanShape<64, 4, 16, 4, 3>;
-    using Span8 = kernels::SpanShape<64, 8, 16, 4, 3>;
 };
 template <class Product>
 struct AltShapesOf {
@@ -319,10 +316,6 @@ struct AltShapesOf {
 template <>
 struct AltShapesOf<kernels::W1Update> {
     using type = std::tuple<AltShapes::FmaNarrow, AltShapes::FmaNarrowQuad>;
-};
-template <>
-struct AltShapesOf<kernels::W1Forward> {
-    using type = std::tuple<AltShapes::FmaNarrow, AltShapes::FmaWide, AltShapes::Span4, AltShapes::Span8>;
 };
 // f(shape) for Product's shape `which` (1-based; 0: none).
 template <class List, class F, size_t... I>
@@ -512,7 +505,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     if (const char* fma = std::getenv("PVM_CUDA_FMA"); fma != nullptr && n >= kFmaMinSeqs &&
                                                         cfg_.precision == static_cast<int>(Precision::kFp32)) {
         const auto pick = [&](char c) { return std::strchr(fma, c) ? 1 : std::strchr(fma, c - 'a' + 'A') ? 2 : 0; };
-        fma_w1_forward_ = pick('f') != 0 ? pick('f') : longest <= 64 && pick('s') != 0 ? 2 + pick('s') : 0;
+        fma_w1_forward_ = pick('f');
         fma_w1_update_ = pick('u');
         fma_hidden_ = pick('h');
     }

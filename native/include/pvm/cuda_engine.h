@@ -128,7 +128,7 @@ private:
     bool split_hidden_deltas_ = false;
     // Experiment (PVM_CUDA_FMA, letters f, u, h; FP32 precision, from kFmaMinSeqs sequences): the W1 forward, the W1
     // update or the hidden deltas in plain FP32 FMAs (fma_product.cuh). 0: tensor cores; 1 or 2: the product's first or
-    // second FMA shape (lower or upper case letter); the W1 forward 3 or 4 (s, S): span_product.cuh.
+    // second FMA shape (lower or upper case letter).
     int fma_w1_forward_ = 0, fma_w1_update_ = 0, fma_hidden_ = 0;
 
     // State.
