@@ -210,7 +210,7 @@ struct W1Update : Update<> {
     static constexpr bool kScaleA = true;
     using MmaTiles = MmaNarrowRow;
     // Up to 64 sequences (FP32 precision): plain FP32 FMAs, 4 x 8 adjacent outputs a thread (fma_product.cuh), where
-    // a 64 x 64 tile is a unit's 50 hidden entries by its up to 64 sequences, summed over its outputs. H100, engine
+    // a tile (64 of a unit's outputs by its 50 hidden entries) sums over only K = n_seq <= 64 sequences. H100, engine
     // A/B, frames/s against the wgmma tiles (64 x 64, slabs of 8 x 5) before: small 48 / 64 +5.6 / +4.5%, med
     // +6.5 / +4.2%, LARGE +5.9 / +3.7% (the phase at small 48: 59.8 -> 46.2 us). Above 64 the tensor cores' full
     // tiles are ahead (small 256 / 1,024: -2.4 / -5.3%).
