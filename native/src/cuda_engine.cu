@@ -647,6 +647,16 @@ void launch_product_on(bool wgmma, const kernels::StepArgs& a, const DeviceBuffe
     launch_product<Product, kernels::WithPrecision<Mma, P>>(a, tiles, launch);
 }
 
+// Product on its PVM_CUDA_FMA shape `which` where the switch picked one (by_alt_shape), else on Shape.
+template <class Product, class Shape>
+void launch_product_or_alt(int which, const kernels::StepArgs& a, const DeviceBuffer<int32_t>& tiles,
+                           const kernels::StepLaunch& launch) {
+    if (which != 0)
+        by_alt_shape<Product>(which, [&](auto s) { launch_product<Product, decltype(s)>(a, tiles, launch); });
+    else
+        launch_product<Product, Shape>(a, tiles, launch);
+}
+
 }  // namespace
 
 // Many sequences: the per-unit products as matrix products on tensor cores (unit_products.cuh), in precision P.
@@ -666,17 +676,10 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     } else if (a.n_seq <= kMmaMaxSeqs) {
         launch_w0_pass<P>(a, launch);
         mark("w0 forward+update");
-        if (fma_w1_forward_ != 0)
-            by_alt_shape<W1Forward>(fma_w1_forward_, [&](auto s) { launch_product<W1Forward, decltype(s)>(a, w1_forward_, launch); });
-        else
-            launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
+        launch_product_or_alt<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(fma_w1_forward_, a, w1_forward_, launch);
         mark("w1 forward");
-        if (fma_w1_update_ != 0)
-            by_alt_shape<W1Update>(fma_w1_update_, [&](auto s) { launch_product<W1Update, decltype(s)>(a, w1_update_, launch); });
-        else if constexpr (P == Precision::kFp32)
-            launch_product<W1Update, W1Update::FmaTilesFew>(a, w1_update_, launch);
-        else
-            launch_product<W1Update, WithPrecision<W1Update::MmaTiles, P>>(a, w1_update_, launch);
+        using W1UpdateFew = std::conditional_t<P == Precision::kFp32, W1Update::FmaTilesFew, WithPrecision<W1Update::MmaTiles, P>>;
+        launch_product_or_alt<W1Update, W1UpdateFew>(fma_w1_update_, a, w1_update_, launch);
         mark("w1 update");
     } else {
         // All four on mma.sync: with x gathered (W0Forward) and the old state prefetched (W0Update, W1Update)
@@ -686,17 +689,11 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         else
             launch_product<W0Forward, WithPrecision<W0Forward::MmaTilesOneColumn, P>>(a, w0_forward_, launch);
         mark("w0 forward");
-        if (fma_w1_forward_ != 0)
-            by_alt_shape<W1Forward>(fma_w1_forward_, [&](auto s) { launch_product<W1Forward, decltype(s)>(a, w1_forward_, launch); });
-        else
-            launch_product<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(a, w1_forward_, launch);
+        launch_product_or_alt<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(fma_w1_forward_, a, w1_forward_, launch);
         mark("w1 forward");
         launch_product<W0Update, WithPrecision<W0Update::MmaTiles, P>>(a, w0_update_, launch);
         mark("w0 update");
-        if (fma_w1_update_ != 0)
-            by_alt_shape<W1Update>(fma_w1_update_, [&](auto s) { launch_product<W1Update, decltype(s)>(a, w1_update_, launch); });
-        else
-            launch_product<W1Update, WithPrecision<W1Update::MmaTiles, P>>(a, w1_update_, launch);
+        launch_product_or_alt<W1Update, WithPrecision<W1Update::MmaTiles, P>>(fma_w1_update_, a, w1_update_, launch);
         mark("w1 update");
     }
 }
