@@ -8,7 +8,8 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90a -fmad=false -I../../native/include -o mma_products mma_products.cu
 // (sm_90a for the wgmma_product shapes; with another -arch they are skipped)
 //   ./mma_products [n_seq ...]        (default: 64 256)
-// PVM_WB_ONLY="W0 update,W1 update" runs only the products named (and skips the other references).
+// PVM_WB_ONLY="W0 update,W1 update" runs only the products named (and skips the other references);
+// PVM_WB_FIRST=N times only the first N shapes of each (the engine's come first), for quick A/Bs of one kernel.
 #include "../../native/src/mma_products.cuh"
 #include "../../native/src/wgmma_product.cuh"
 #include "step_state.h"
@@ -135,8 +136,11 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
     std::printf("  %s (%.0f MB moved at least, %.1f GFLOP)\n", name, bytes / 1e6, flops / 1e9);
     const Expected want = reference();
     bool ok = true;
+    const char* first = std::getenv("PVM_WB_FIRST");
+    int left = first != nullptr ? std::atoi(first) : 1 << 30;
     auto one = [&](auto shape) {
         using Shape = decltype(shape);
+        if (left-- <= 0) return;
         if (IsWgmmaShape<Shape>::value && !wgmma_in_binary()) {
             std::printf("    wgmma shape skipped: build with -arch=sm_90a on an H100/H200\n");
             return;
@@ -234,11 +238,11 @@ int main(int argc, char** argv) {
         ok &= bench<W1Forward, MmaNarrowShallow, ShallowDeep, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
             "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return forward_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), n, kHidden + 1}; }, copy_bw);
-        ok &= bench<W1Update, MmaNarrowRow, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Row, Bf16Row, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x2>(
+        ok &= bench<W1Update, MmaNarrowRow, FmaNarrowQuad, FmaNarrow, FmaNarrowDeep, Tf32Row, Bf16Row, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x2>(
             "W1 update", 3, L, S, n, 16.0 * w1 + 4.0 * N * L.y_total, 2.0 * N * w1, [&] { return update_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), kHidden + 1, n}; }, copy_bw);
         using WindowShallow = WgmmaShape<64, 8, 5, 4, true>;
-        ok &= bench<HiddenDeltas, MmaNarrow, FmaWide, FmaWideQuad, FmaNarrow, FmaNarrowQuad, Tf32Narrow, Bf16Narrow, HiddenDeltas::MmaTilesFew, HiddenDeltas::WgmmaTiles, WgNarrowDeep, WindowShallow, MmaNarrowQuad, MmaNarrowRow>(
+        ok &= bench<HiddenDeltas, HiddenDeltas::WgmmaTiles, HiddenDeltas::MmaTilesFew, MmaNarrow, FmaWide, FmaWideQuad, FmaNarrow, FmaNarrowQuad, Tf32Narrow, Bf16Narrow, WgNarrowDeep, WindowShallow, MmaNarrowQuad, MmaNarrowRow>(
             "hidden deltas", 2, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return hidden_deltas_ref(L, S, n); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, outputs(u)}; }, copy_bw);
     }

@@ -187,6 +187,56 @@ __device__ bool cleared_inactive(const P& p, int64_t m0, int64_t n0) {
     return false;
 }
 
+// A warp's J accumulator fragments of 16 x 8 from row r0 and column c0: fragment j holds (g, 8j+2t),
+// (g, 8j+2t+1), (g+8, 8j+2t), (g+8, 8j+2t+1) as value(j, 0..3). What finish reads of the old state is loaded
+// for all of them before any is written (loads after a store to memory that may alias them each waited for
+// the last: a DRAM round trip per output). kChecked: each output is checked against the matrix's extents.
+template <int J, bool kChecked, class P, class F, class Value>
+__device__ __forceinline__ void finish_fragments(const P& p, F fixed, int64_t r0, int64_t c0, int g, int t, Value& value) {
+    typename P::Old old[J][4];
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t m = r0 + g + (e >= 2 ? 8 : 0), n = c0 + 8 * j + 2 * t + e % 2;
+            if (!kChecked || (m < p.M && n < p.N)) old[j][e] = p.old(m, n);
+        }
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t m = r0 + g + (e >= 2 ? 8 : 0), n = c0 + 8 * j + 2 * t + e % 2;
+            if (!kChecked || (m < p.M && n < p.N)) p.finish(m, n, value(j, e), old[j][e], fixed);
+        }
+}
+// A warp's outputs, G groups of J fragments from (r0 + row_step * i, c0 + col_step * i), group i's values
+// value(i, j, e). Where the product asks for it (P::kFixedFinish: short sums, whose finishing is a large part
+// of their instructions), its switches are compile-time constants (with_fixed: no branch per output) and a
+// group inside the matrix skips the per-output checks. The W1 forward's SASS: about 35 instructions an output
+// before, 15 after; engine, H100, small: that phase -4% at 64-1,024 sequences (benchmarks/NOTES.md). Elsewhere
+// the checked loop as before (the W0 forward's 168 registers spilled with both, and its sums are long).
+template <int G, int J, class P, class Value>
+__device__ __forceinline__ void finish_tile(const P& p, int64_t r0, int64_t c0, int row_step, int col_step, int g, int t,
+                                            Value&& value) {
+    if constexpr (P::kFixedFinish) {
+        p.with_fixed([&](auto fixed) {
+#pragma unroll
+            for (int i = 0; i < G; ++i) {
+                auto of_group = [&](int j, int e) { return value(i, j, e); };
+                const int64_t r = r0 + row_step * i, c = c0 + col_step * i;
+                if (r + 16 <= p.M && c + 8 * J <= p.N) finish_fragments<J, false>(p, fixed, r, c, g, t, of_group);
+                else finish_fragments<J, true>(p, fixed, r, c, g, t, of_group);
+            }
+        });
+    } else {
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            auto of_group = [&](int j, int e) { return value(i, j, e); };
+            finish_fragments<J, true>(p, Runtime{}, r0 + row_step * i, c0 + col_step * i, g, t, of_group);
+        }
+    }
+}
+
 // The tiles are listed by the host as (unit, first m, first n), heaviest first (product_tiles).
 // Launched with mma_product_shared_bytes<Shape>() of dynamic shared memory.
 template <class P, class Shape = typename P::MmaTiles>
@@ -272,27 +322,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
             }
         }
     }
-    // The outputs, a row fragment at a time: what finish reads of the old state is loaded for all of its
-    // outputs before any is written (loads after a store to memory that may alias them each waited
-    // for the last: a DRAM round trip per output).
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        typename P::Old old[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int64_t m = m0 + wm + 16 * mt + g + (e >= 2 ? 8 : 0), n = n0 + wn + 8 * j + 2 * t + e % 2;
-                if (m < p.M && n < p.N) old[j][e] = p.old(m, n);
-            }
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int64_t m = m0 + wm + 16 * mt + g + (e >= 2 ? 8 : 0), n = n0 + wn + 8 * j + 2 * t + e % 2;
-                if (m < p.M && n < p.N) p.finish(m, n, acc[mt][j][e], old[j][e]);
-            }
-    }
+    // The outputs, a row fragment at a time.
+    finish_tile<MT, NT>(p, m0 + wm, n0 + wn, 16, 0, g, t, [&](int mt, int j, int e) { return acc[mt][j][e]; });
 }
 
 }  // namespace kernels

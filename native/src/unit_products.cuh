@@ -3,7 +3,8 @@
 // run on tensor cores by mma_product (mma_products.cuh). Each product is a small struct: its extents
 // (M, N, K), where A and B are (Operand: strides along k and along m or n; kAAlongK / kBAlongK say
 // whether consecutive k are adjacent in memory), a scale applied to A's entries, what to do with a
-// finished sum, and its tile shape (MmaShape), chosen by measurement (benchmarks/NOTES.md).
+// finished sum (finish; kFixedFinish: with its switches fixed at compile time, mma_products.cuh's finish_tile),
+// and its tile shape (MmaShape), chosen by measurement (benchmarks/NOTES.md).
 // Deterministic: every output is summed by one warp in a fixed order; no atomics.
 #pragma once
 
@@ -54,6 +55,26 @@ struct FmaShape {
 
 // ---- the products ----------------------------------------------------------------------------
 
+// A product's step-wide switches (the activation, the derivative mode) as compile-time constants: the tile kernels
+// finish their outputs inside with_fixed (one copy of the finishing code per setting, no branch per output), others
+// pass Runtime, which reads the switches from the step's arguments.
+struct Runtime {};
+template <bool Polynomial, Derivative D = Derivative::Original>
+struct Fixed {
+    static constexpr bool kPolynomial = Polynomial;
+    static constexpr Derivative kDerivative = D;
+};
+template <class F>
+__device__ __forceinline__ bool polynomial_in(F, bool runtime) {
+    if constexpr (std::is_same_v<F, Runtime>) return runtime;
+    else return F::kPolynomial;
+}
+template <class F>
+__device__ __forceinline__ Derivative derivative_in(F, int runtime) {
+    if constexpr (std::is_same_v<F, Runtime>) return static_cast<Derivative>(runtime);
+    else return F::kDerivative;
+}
+
 // Where an operand's entries are: entry (k, x) at base[k * sk + x * sx] (x = m for A, n for B).
 struct Operand {
     const float* base;
@@ -77,6 +98,7 @@ template <class BOperand = Operand>
 struct Forward {
     static constexpr bool kAAlongK = true, kBAlongK = true, kUpdate = false, kScaleA = false;
     static constexpr bool kBIndexed = std::is_same_v<BOperand, IndexedOperand>;
+    static constexpr bool kFixedFinish = false;
     int64_t M, N, K, out_stride;
     Operand A;  // A[k, m] = W[m, k]
     BOperand B;  // B[k, q] = in(s)[q, k]
@@ -89,7 +111,15 @@ struct Forward {
           out(out_ring + ring_slot(*a.step) * a.n_seq * out_stride), polynomial(a.polynomial) {}
     struct Old {};  // what finish reads of the old state (loaded for all of a thread's outputs before any is written)
     __device__ Old old(int64_t, int64_t) const { return {}; }
-    __device__ void finish(int64_t m, int64_t q, float sum, Old) const { out[q * out_stride + m] = activation(sum, polynomial); }
+    template <class F = Runtime>
+    __device__ void finish(int64_t m, int64_t q, float sum, Old, F f = {}) const {
+        out[q * out_stride + m] = activation(sum, polynomial_in(f, polynomial));
+    }
+    template <class Fn>
+    __device__ void with_fixed(Fn&& fn) const {
+        if (polynomial) fn(Fixed<true>{});
+        else fn(Fixed<false>{});
+    }
 };
 
 // h(s) = phi(W0 x(s)): m = hidden row, k = input i, x(s) gathered from the step's sources.
@@ -108,6 +138,7 @@ struct W0Forward : Forward<IndexedOperand> {
 // y(s) = phi(W1 h(s)): m = output j, k = hidden k.
 struct W1Forward : Forward<> {
     using MmaTiles = MmaNarrowShallow;
+    static constexpr bool kFixedFinish = true;
     __device__ W1Forward(const StepArgs& a, int64_t u)
         : Forward(a, a.y_off[u + 1] - a.y_off[u], a.h_off[u + 1] - a.h_off[u], a.h_off[u + 1] - a.h_off[u], a.w1_off[u],
                   Operand{a.h + ring_slot(*a.step) * a.n_seq * a.h_total + a.h_off[u], 1, a.h_total}, a.y + a.y_off[u],
@@ -118,6 +149,7 @@ struct W1Forward : Forward<> {
 // (what the W0 update uses); m = k < H, n = q, summed over the unit's outputs j.
 struct HiddenDeltas {
     static constexpr bool kAAlongK = false, kBAlongK = true, kUpdate = false, kScaleA = false, kBIndexed = false;
+    static constexpr bool kFixedFinish = true;
     using MmaTiles = MmaNarrow;
     // Up to 32 sequences: 32-column tiles of 8 warps, each 16 x 16 (a 64-column tile is mostly copies of
     // columns past n_seq; with 265 tiles, one per unit, a block's instruction chain is the time).
@@ -146,8 +178,15 @@ struct HiddenDeltas {
           out(args.lr_delta_hidden + args.h_off[unit]), lr(args.unit_lr[unit]) {}
     using Old = float;  // h(s-2)[q, k]
     __device__ Old old(int64_t k, int64_t q) const { return h_old[q * a.h_total + k]; }
-    __device__ void finish(int64_t k, int64_t q, float eps, Old h) const {
-        out[q * a.h_total + k] = __fmul_rn(lr, delta(h, eps, a.polynomial, static_cast<Derivative>(a.derivative)));
+    template <class F = Runtime>
+    __device__ void finish(int64_t k, int64_t q, float eps, Old h, F f = {}) const {
+        out[q * a.h_total + k] = __fmul_rn(lr, delta(h, eps, polynomial_in(f, a.polynomial), derivative_in(f, a.derivative)));
+    }
+    template <class Fn>
+    __device__ void with_fixed(Fn&& fn) const {
+        if (!a.polynomial) fn(Fixed<false>{});
+        else if (static_cast<Derivative>(a.derivative) == Derivative::Original) fn(Fixed<true, Derivative::Original>{});
+        else fn(Fixed<true, Derivative::Exact>{});
     }
 };
 
@@ -157,6 +196,7 @@ template <class BOperand = Operand>
 struct Update {
     static constexpr bool kAAlongK = false, kBAlongK = false, kUpdate = true, kScaleA = false;
     static constexpr bool kBIndexed = std::is_same_v<BOperand, IndexedOperand>;
+    static constexpr bool kFixedFinish = false;
     const StepArgs& a;
     int64_t M, N, K, P;  // P: W's and V's row pitch (W0: w0_pitch(N); W1: N)
     float *W, *V;
@@ -170,11 +210,13 @@ struct Update {
           inactive(args.unit_lr[unit] == 0.0f && args.unit_mu[unit] == 0.0f) {}
     using Old = float2;  // W[m, n], V[m, n]
     __device__ Old old(int64_t m, int64_t n) const { return {W[m * P + n], V[m * P + n]}; }
-    __device__ void finish(int64_t m, int64_t n, float g, Old wv) const {
+    template <class F = Runtime>
+    __device__ void finish(int64_t m, int64_t n, float g, Old wv, F = {}) const {
         const float v = __fmaf_rn(mu, wv.y, __fmul_rn(g, inv_n));  // the mean as the passes take it: times 1/n
         W[m * P + n] = __fadd_rn(wv.x, v);
         V[m * P + n] = v;
     }
+
     __device__ void clear(int64_t m, int64_t n) const {
         if (V[m * P + n] != 0.0f) V[m * P + n] = 0.0f;
     }

@@ -327,26 +327,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
         }
     }
     wgmma_wait<0>();
-    // The outputs: fragment j holds (g, 8j+2t), (g, 8j+2t+1), (g+8, 8j+2t), (g+8, 8j+2t+1); 4 fragments at a
-    // time, the old state of each group loaded before any of it is written (as mma_product does).
-#pragma unroll
-    for (int j0 = 0; j0 < NT; j0 += 4) {
-        typename P::Old old[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int64_t m = m0 + wm + g + (e >= 2 ? 8 : 0), n = n0 + 8 * (j0 + j) + 2 * t + e % 2;
-                if (m < p.M && n < p.N) old[j][e] = p.old(m, n);
-            }
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int64_t m = m0 + wm + g + (e >= 2 ? 8 : 0), n = n0 + 8 * (j0 + j) + 2 * t + e % 2;
-                if (m < p.M && n < p.N) p.finish(m, n, acc[4 * (j0 + j) + e], old[j][e]);
-            }
-    }
+    // The outputs: 4 fragments of 16 x 8 at a time (finish_fragments, as mma_product finishes).
+    finish_tile<NT / 4, 4>(p, m0 + wm, n0, 0, 32, g, t, [&](int i, int j, int e) { return acc[4 * (4 * i + j) + e]; });
 #endif
 }
 
