@@ -229,20 +229,26 @@ int main(int argc, char** argv) {
         using FmaNarrowQuad = FmaShape<64, 16, 3, 3, 4, 8>;  // 128 threads
         using FmaWideDeep = FmaShape<128, 32, 3, 2>;  // W1's K = 50 in flight at once (2 slabs of 32)
         using ShallowDeep = MmaShape<64, 32, 3, 3>;
+        // 128 columns a tile for the many-sequence W1 forward and hidden deltas: each A value split once serves twice
+        // the columns, and W1 is read half as often; slower (H100, 1,024 sequences: W1 forward 518-588 against 393 us,
+        // hidden deltas 359-420 against 329), with fewer warps a SM (benchmarks/results-finish-h100.md).
+        using WideShallow = MmaShape<128, 8, 4, 3, 1, 4>;
+        using WideShallow2x4 = MmaShape<128, 8, 4, 2, 2, 4>;
+        using WgWideWindow = WgmmaShape<128, 16, 4, 2, true>;
         ok &= bench<W0Forward, MmaWide, FmaWide, FmaWideQuad, Tf32Wide, Bf16Wide, MmaWideFew, WgmmaDeep, WgmmaShallow, Wide2x4, Wide2x2>(
             "W0 forward", 0, L, S, n, 4.0 * (w0 + N * L.x_stride), 2.0 * N * w0, [&] { return forward_ref(L, S, n, true); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, inputs(u)}; }, copy_bw);
         ok &= bench<W0Update, MmaWide, FmaWide, FmaWideQuad, Tf32Wide, Bf16Wide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(
             "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_stride, 2.0 * N * w0, [&] { return update_ref(L, S, n, true); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
-        ok &= bench<W1Forward, MmaNarrowShallow, ShallowDeep, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
+        ok &= bench<W1Forward, MmaNarrowShallow, ShallowDeep, WideShallow, WideShallow2x4, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
             "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return forward_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), n, kHidden + 1}; }, copy_bw);
         ok &= bench<W1Update, MmaNarrowRow, FmaNarrowQuad, FmaNarrow, FmaNarrowDeep, Tf32Row, Bf16Row, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x2>(
             "W1 update", 3, L, S, n, 16.0 * w1 + 4.0 * N * L.y_total, 2.0 * N * w1, [&] { return update_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), kHidden + 1, n}; }, copy_bw);
         using WindowShallow = WgmmaShape<64, 8, 5, 4, true>;
-        ok &= bench<HiddenDeltas, HiddenDeltas::WgmmaTiles, HiddenDeltas::MmaTilesFew, MmaNarrow, FmaWide, FmaWideQuad, FmaNarrow, FmaNarrowQuad, Tf32Narrow, Bf16Narrow, WgNarrowDeep, WindowShallow, MmaNarrowQuad, MmaNarrowRow>(
+        ok &= bench<HiddenDeltas, HiddenDeltas::WgmmaTiles, HiddenDeltas::MmaTilesFew, WgWideWindow, MmaWide, MmaNarrow, FmaWide, FmaWideQuad, FmaNarrow, FmaNarrowQuad, Tf32Narrow, Bf16Narrow, WgNarrowDeep, WindowShallow, MmaNarrowQuad, MmaNarrowRow>(
             "hidden deltas", 2, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return hidden_deltas_ref(L, S, n); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, outputs(u)}; }, copy_bw);
     }
