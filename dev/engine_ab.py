@@ -8,6 +8,9 @@ variant sets. Rounds alternate the variants, so that drift (clocks, heat) falls 
 ``run_bench`` with frames on the device. One line per run (frames/s, share of the roofline, the phases in µs), then
 per spec and n_seq each variant's best round against the first variant's. ``--json PATH`` writes every run's row.
 This is how the engine A/Bs in ``benchmarks/`` are taken.
+
+``--summarize FILE ...`` prints the same summary from rows written by earlier runs (``--json``), the first file's
+first variant the baseline: how ``dev/engine_ab_builds.sh`` compares two builds, one process per build and round.
 """
 
 from __future__ import annotations
@@ -86,6 +89,23 @@ def summary(rows: Sequence[dict], names: Sequence[str]) -> list[str]:
     return lines
 
 
+def rows_of(paths: Sequence[Path]) -> list[dict]:
+    """The rows that ``--json`` wrote to each file, in order; ValueError names a file that holds none."""
+    rows = []
+    for path in paths:
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
+        if not isinstance(found, list) or not all(
+                isinstance(r, dict) and {"spec", "n_seq", "variant", "frames_per_s"} <= r.keys() for r in found):
+            raise ValueError(f"{path}: not the rows of dev/engine_ab.py --json")
+        rows += found
+    if not rows:
+        raise ValueError("no rows in " + ", ".join(map(str, paths)))
+    return rows
+
+
 def positive_ints(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",")]
@@ -98,7 +118,9 @@ def positive_ints(text: str) -> list[int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("variants", nargs="+", help="NAME:KEY=VALUE,... (the first is the baseline)")
+    parser.add_argument("variants", nargs="*", help="NAME:KEY=VALUE,... (the first is the baseline)")
+    parser.add_argument("--summarize", type=Path, nargs="+", metavar="FILE",
+                        help="print the summary of rows written by earlier --json runs instead of running")
     parser.add_argument("--specs", default="small", help="comma-separated zoo names or spec files (default: small)")
     parser.add_argument("--n-seq", type=positive_ints, default=[64, 256, 1024], help="comma-separated (default: 64,256,1024)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds over all variants (default: 2)")
@@ -107,6 +129,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--frames", choices=("device", "host"), default="device", help="where the frames live (default: device)")
     parser.add_argument("--json", type=Path, help="write every run's row here")
     args = parser.parse_args(argv)
+    if args.summarize:
+        if args.variants:
+            parser.error("--summarize takes files, not variants")
+        try:
+            rows = rows_of(args.summarize)
+        except ValueError as e:
+            parser.error(str(e))
+        for line in summary(rows, list(dict.fromkeys(row["variant"] for row in rows))):
+            print(line)
+        return 0
+    if not args.variants:
+        parser.error("give at least one variant NAME:KEY=VALUE,... (or --summarize FILE ...)")
     try:
         variants = [parse_variant(v) for v in args.variants]
     except ValueError as e:

@@ -1,11 +1,13 @@
 """dev/engine_ab.py, the engine A/B tool: variants parsed, each run under its own switches only, the environment
-left as it was, the summary against the first variant, bad arguments refused before any engine is built."""
+left as it was, the summary against the first variant (also of rows from earlier runs), bad arguments refused before
+any engine is built; dev/engine_ab_builds.sh refuses bad arguments before building anything."""
 
 from __future__ import annotations
 
 import importlib.util
 import io
 import json
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -67,6 +69,61 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, says, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert says in err and "Traceback" not in err
+
+
+def row(variant, n, rate):
+    return {"round": 0, "spec": "small", "n_seq": n, "variant": variant, "frames_per_s": rate, "phases_us": {}}
+
+
+def test_summarize_reads_the_rows_of_earlier_runs(tmp_path, capsys):
+    ab = engine_ab()
+    files = []
+    for i, rows in enumerate(([row("base", 64, 100.0), row("base", 256, 400.0)], [row("this", 64, 112.0), row("this", 256, 380.0)],
+                              [row("base", 64, 104.0), row("base", 256, 390.0)], [row("this", 64, 110.0), row("this", 256, 396.0)])):
+        files.append(tmp_path / f"{i}.json")
+        files[-1].write_text(json.dumps(rows))
+    assert ab.main(["--summarize", *map(str, files)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["small n64: base 104 (+0.0%)  this 112 (+7.7%)",
+                                                    "small n256: base 400 (+0.0%)  this 396 (-1.0%)"]
+
+
+@pytest.mark.parametrize("content, argv_extra, says", [
+    (None, [], "No such file"),
+    ("{not json", [], "rows.json"),
+    ('{"spec": "small"}', [], "not the rows"),
+    ("[]", [], "no rows"),
+    ("[]", ["base:"], "takes files, not variants"),
+])
+def test_bad_summaries_are_one_line_and_exit_2(tmp_path, capsys, content, argv_extra, says):
+    ab = engine_ab()
+    path = tmp_path / "rows.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as e:
+        ab.main([*argv_extra, "--summarize", str(path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert says in err and "Traceback" not in err
+
+
+def test_no_variants_and_no_files_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        engine_ab().main([])
+    assert e.value.code == 2 and "at least one variant" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, env, says", [
+    ([], {}, "usage:"),
+    (["{missing}", "{out}"], {}, "is not a checkout"),
+    ([".", "{out}"], {"AB_ROUNDS": "two"}, "AB_ROUNDS must be a positive integer"),
+])
+def test_builds_script_refuses_bad_arguments_before_building(tmp_path, args, env, says):
+    argv = [a.format(missing=tmp_path / "nowhere", out=tmp_path / "out") for a in args]
+    done = subprocess.run(["bash", str(ROOT / "dev" / "engine_ab_builds.sh"), *argv], cwd=ROOT, capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", **env}, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and says in done.stderr
+    assert not (tmp_path / "out" / "base-site").exists()
 
 
 @pytest.mark.skipif(native_module() is None, reason="the native module is not built")
