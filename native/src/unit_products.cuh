@@ -216,7 +216,6 @@ struct Update {
         W[m * P + n] = __fadd_rn(wv.x, v);
         V[m * P + n] = v;
     }
-
     __device__ void clear(int64_t m, int64_t n) const {
         if (V[m * P + n] != 0.0f) V[m * P + n] = 0.0f;
     }
