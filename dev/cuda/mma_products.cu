@@ -168,6 +168,8 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
         const char* kind = "";
         if constexpr (IsWgmmaShape<Shape>::value) kind = Shape::kWindow ? "wgmma window " : "wgmma ";
         if (precision != Precision::kFp32) kind = precision == Precision::kTf32 ? "TF32 " : "BF16 ";
+        if constexpr (!IsWgmmaShape<Shape>::value && !IsFmaShape<Shape>::value)
+            if (!SkipsDeadRows<Shape>::value) kind = "all fragments ";
         if constexpr (IsFmaShape<Shape>::value)
             std::snprintf(label, sizeof label, "FMA 64x%d slab %dx%d, %d/SM, %dx%d a thread", Shape::kCols, Shape::kSlab,
                           Shape::kStages, Shape::kMinBlocks, Shape::kTm, Shape::kTn);
@@ -241,14 +243,14 @@ int main(int argc, char** argv) {
         ok &= bench<W0Update, MmaWide, FmaWide, FmaWideQuad, Tf32Wide, Bf16Wide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(
             "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_stride, 2.0 * N * w0, [&] { return update_ref(L, S, n, true); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
-        ok &= bench<W1Forward, MmaNarrowShallow, ShallowDeep, WideShallow, WideShallow2x4, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
+        ok &= bench<W1Forward, MmaNarrowShallow, AllFragments<MmaNarrowShallow>, ShallowDeep, WideShallow, WideShallow2x4, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
             "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return forward_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), n, kHidden + 1}; }, copy_bw);
         ok &= bench<W1Update, MmaNarrowRow, FmaNarrowQuad, FmaNarrow, FmaNarrowDeep, Tf32Row, Bf16Row, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x2>(
             "W1 update", 3, L, S, n, 16.0 * w1 + 4.0 * N * L.y_total, 2.0 * N * w1, [&] { return update_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), kHidden + 1, n}; }, copy_bw);
         using WindowShallow = WgmmaShape<64, 8, 5, 4, true>;
-        ok &= bench<HiddenDeltas, HiddenDeltas::WgmmaTiles, HiddenDeltas::MmaTilesFew, WgWideWindow, MmaWide, MmaNarrow, FmaWide, FmaWideQuad, FmaNarrow, FmaNarrowQuad, Tf32Narrow, Bf16Narrow, WgNarrowDeep, WindowShallow, MmaNarrowQuad, MmaNarrowRow>(
+        ok &= bench<HiddenDeltas, HiddenDeltas::WgmmaTiles, HiddenDeltas::MmaTilesFew, AllFragments<HiddenDeltas::MmaTilesFew>, WgWideWindow, MmaWide, MmaNarrow, FmaWide, FmaWideQuad, FmaNarrow, FmaNarrowQuad, Tf32Narrow, Bf16Narrow, WgNarrowDeep, WindowShallow, MmaNarrowQuad, MmaNarrowRow>(
             "hidden deltas", 2, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return hidden_deltas_ref(L, S, n); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, n, outputs(u)}; }, copy_bw);
     }
