@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
         ok &= bench<W0Update, MmaWide, FmaWide, FmaWideQuad, Tf32Wide, Bf16Wide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(
             "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_stride, 2.0 * N * w0, [&] { return update_ref(L, S, n, true); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
-        ok &= bench<W1Forward, MmaNarrowShallow, AllFragments<MmaNarrowShallow>, ShallowDeep, WideShallow, WideShallow2x4, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
+        ok &= bench<W1Forward, MmaNarrowShallow, AllFragments<MmaNarrowShallow>, AllFragments<MmaShape<64, 8, 4, 3>>, ShallowDeep, WideShallow, WideShallow2x4, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
             "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return forward_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), n, kHidden + 1}; }, copy_bw);
         ok &= bench<W1Update, MmaNarrowRow, FmaNarrowQuad, FmaNarrow, FmaNarrowDeep, Tf32Row, Bf16Row, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x2>(
