@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pvm_dist.engine.native import native_module
 from pvm_dist.model.spec import load_spec
 from pvm_dist.run.bench import run_bench
 
@@ -156,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             load_spec(s)
         except Exception as e:  # a bad spec is one line, before any engine is built
             parser.error(f"spec {s!r}: {e}")
+    module = native_module()
+    print(f"engine: {module.__file__ if module is not None else 'not built'}")  # which build runs (engine_ab_builds.sh)
     rows = run(variants, specs, args.n_seq, args.rounds, args.steps, args.device, args.frames)
     print("summary (best of rounds, against the first variant)")
     for line in summary(rows, names):

@@ -21,8 +21,8 @@ ROUNDS=${AB_ROUNDS:-2}
 case $ROUNDS in '' | *[!0-9]* | 0) echo "engine_ab_builds: AB_ROUNDS must be a positive integer, not '$ROUNDS'" >&2; exit 2 ;; esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT_DIR" || exit 2
+rm -rf "$OUT_DIR/base-site" "$OUT_DIR"/base-*.json "$OUT_DIR"/this-*.json  # a summary of this run's rows only
 echo "building $BASE into $OUT_DIR/base-site"
-rm -rf "$OUT_DIR/base-site"
 if ! python3 -m pip install --no-build-isolation --no-deps -q --target "$OUT_DIR/base-site" "$BASE" > "$OUT_DIR/base-build.log" 2>&1; then
     echo "engine_ab_builds: building $BASE failed (the log: $OUT_DIR/base-build.log)" >&2
     exit 1

@@ -133,6 +133,7 @@ def test_runs_the_native_engine(tmp_path, capsys):
     assert ab.main(["base:", "nochain:PVM_CUDA_CHAIN=0", "--specs", "tiny", "--n-seq", "2", "--rounds", "1",
                     "--steps", "3", "--device", "cpu", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
+    assert printed.startswith(f"engine: {native_module().__file__}\n")
     assert "summary" in printed and "tiny n2: base" in printed
     rows = json.loads(out.read_text())
     assert [r["variant"] for r in rows] == ["base", "nochain"] and all(r["frames_per_s"] > 0 for r in rows)
