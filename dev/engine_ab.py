@@ -91,7 +91,7 @@ def summary(rows: Sequence[dict], names: Sequence[str]) -> list[str]:
 
 
 def rows_of(paths: Sequence[Path]) -> list[dict]:
-    """The rows that ``--json`` wrote to each file, in order; ValueError names a file that holds none."""
+    """The rows that ``--json`` wrote to each file, in order; ValueError names a file it cannot read as such rows."""
     rows = []
     for path in paths:
         try:
