@@ -232,23 +232,17 @@ __device__ __forceinline__ void finish_fragments(const P& p, F fixed, int64_t r0
 template <int G, int J, class P, class Value>
 __device__ __forceinline__ void finish_tile(const P& p, int64_t r0, int64_t c0, int row_step, int col_step, int g, int t,
                                             Value&& value) {
-    if constexpr (P::kFixedFinish) {
-        p.with_fixed([&](auto fixed) {
-#pragma unroll
-            for (int i = 0; i < G; ++i) {
-                auto of_group = [&](int j, int e) { return value(i, j, e); };
-                const int64_t r = r0 + row_step * i, c = c0 + col_step * i;
-                if (r + 16 <= p.M && c + 8 * J <= p.N) finish_fragments<J, false>(p, fixed, r, c, g, t, of_group);
-                else finish_fragments<J, true>(p, fixed, r, c, g, t, of_group);
-            }
-        });
-    } else {
+    auto groups = [&](auto fixed) {
 #pragma unroll
         for (int i = 0; i < G; ++i) {
             auto of_group = [&](int j, int e) { return value(i, j, e); };
-            finish_fragments<J, true>(p, Runtime{}, r0 + row_step * i, c0 + col_step * i, g, t, of_group);
+            const int64_t r = r0 + row_step * i, c = c0 + col_step * i;
+            if (P::kFixedFinish && r + 16 <= p.M && c + 8 * J <= p.N) finish_fragments<J, false>(p, fixed, r, c, g, t, of_group);
+            else finish_fragments<J, true>(p, fixed, r, c, g, t, of_group);
         }
-    }
+    };
+    if constexpr (P::kFixedFinish) p.with_fixed(groups);
+    else groups(Runtime{});
 }
 
 // The tiles are listed by the host as (unit, first m, first n), heaviest first (product_tiles).
