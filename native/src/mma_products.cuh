@@ -111,20 +111,6 @@ struct KeepsA : std::false_type {};
 template <class S>
 struct KeepsA<S, std::void_t<decltype(S::kKeepA)>> : std::bool_constant<S::kKeepA> {};
 
-// Whether a tile shape skips the mma steps of a warp's row fragments past the matrix (true unless S::kSkipDead says
-// otherwise). Their A rows are copied as zeros and finish leaves them out, so the skip only saves work; but the
-// per-fragment branch keeps ptxas from interleaving the fragments' dependent 3xTF32 HMMA triples (W1 forward's SASS:
-// four triples back to back; without the branch, two chains paired). AllFragments<S>: S without the skip, in the
-// workbench until measured (benchmarks/NOTES.md).
-template <class S, class = void>
-struct SkipsDeadRows : std::true_type {};
-template <class S>
-struct SkipsDeadRows<S, std::void_t<decltype(S::kSkipDead)>> : std::bool_constant<S::kSkipDead> {};
-template <class S>
-struct AllFragments : S {
-    static constexpr bool kSkipDead = false;
-};
-
 // SlabCopies of an IndexedOperand (W0's products reading x from the step's sources): the same slab layout,
 // swizzle and masks, each copy from base[index[k] + x * sx] (along k) or base[k * sk + index[x]] (along x).
 // Along x a thread's x is fixed, so its index is read once. Along k a thread's k is fixed within a slab, so

@@ -34,6 +34,21 @@ using MmaNarrow = MmaShape<64, 16, 4, 3>;
 using MmaNarrowRow = MmaShape<64, 16, 4, 4, 1, 4>;  // 4 warps of 64 x 16
 using MmaNarrowShallow = MmaShape<64, 8, 4, 4>;  // the short W1 forward sums (K = 50)
 
+// Whether mma_product (mma_products.cuh) skips the mma steps of a warp's row fragments past the matrix for shape S
+// (true unless S::kSkipDead says otherwise). Their A rows are copied as zeros and finish leaves them out, so the skip
+// only saves work; but the per-fragment branch keeps ptxas from interleaving the fragments' dependent 3xTF32 HMMA
+// triples (W1 forward's SASS: four triples back to back; without the branch, two chains paired). AllFragments<S>: S
+// without the skip; the W0 and W1 forwards and the hidden deltas' few-sequence tiles are faster so (workbench, H100:
+// 4-12%), the updates not (within 1-3% either way; benchmarks/NOTES.md).
+template <class S, class = void>
+struct SkipsDeadRows : std::true_type {};
+template <class S>
+struct SkipsDeadRows<S, std::void_t<decltype(S::kSkipDead)>> : std::bool_constant<S::kSkipDead> {};
+template <class S>
+struct AllFragments : S {
+    static constexpr bool kSkipDead = false;
+};
+
 // A tile shape of wgmma_product (wgmma_product.cuh, sm_90a): one warpgroup per 64 x kCols tile, slabs kSlab
 // deep through kStages raw stages, at least kMinBlocks blocks per SM; with Window, both operands copied as
 // the 16-byte chunks that cover each row's slab (along k) or each k-row's columns (along x).
@@ -126,8 +141,11 @@ struct Forward {
 // On mma.sync everywhere: with x gathered (4-byte copies of B) it was ahead of the wgmma shapes on an H100
 // (frames/s against wgmma with 16-byte windows for W0: small 192 +0.3%, 256 +2.4%, 512 +3.9%, 1,024 +4.6%;
 // med 128/256 +3.0/+2.8%, LARGE 128/256 +4.0/+5.5%; small 96/128 -0.9/-0.8% against 64-column wgmma tiles).
+// Above 128 sequences at 2 blocks a SM, every fragment multiplied (AllFragments, mma_products.cuh). Workbench, H100,
+// against MmaWide: 244.9 -> 245.1 us at 256 sequences, 916 -> 812 at 1,024; at 128 and below MmaWideFew as it is
+// (131 against 149 us at 128).
 struct W0Forward : Forward<IndexedOperand> {
-    using MmaTiles = MmaWide;
+    using MmaTiles = AllFragments<MmaWideFew>;
     using MmaTilesOneColumn = MmaWideFew;  // up to MmaTiles::kCols sequences
     __device__ W0Forward(const StepArgs& a, int64_t u)
         : Forward(a, a.hidden, a.x_off[u + 1] - a.x_off[u], w0_pitch(a.x_off[u + 1] - a.x_off[u]), a.w0_off[u],
@@ -136,8 +154,10 @@ struct W0Forward : Forward<IndexedOperand> {
 };
 
 // y(s) = phi(W1 h(s)): m = output j, k = hidden k.
+// Every fragment multiplied (AllFragments): ptxas then pairs the fragments' HMMA chains. Workbench, H100: 30.5 -> 27.5
+// us at 16 sequences, 32.7 -> 30.8 at 64, 394 -> 379 at 1,024.
 struct W1Forward : Forward<> {
-    using MmaTiles = MmaNarrowShallow;
+    using MmaTiles = AllFragments<MmaNarrowShallow>;
     static constexpr bool kFixedFinish = true;
     __device__ W1Forward(const StepArgs& a, int64_t u)
         : Forward(a, a.y_off[u + 1] - a.y_off[u], a.h_off[u + 1] - a.h_off[u], a.h_off[u + 1] - a.h_off[u], a.w1_off[u],
@@ -156,8 +176,10 @@ struct HiddenDeltas {
     // Workbench, H100, against the wgmma tiles: 31.3 -> 27.7 us at 16 sequences, 32.9 -> 27.3 at 32.
     // W1 (A) is copied under evict_last, as the hidden-deltas kernels below 17 sequences read it (step_kernels.cuh):
     // H200, frames/s, 17 / 24 / 32 sequences small +1.4 / +1.3 / +1.3%, med 0.0 / -0.2 / -0.3%, LARGE 0.0 / -0.1 /
-    // -0.4% (two rounds).
-    struct MmaTilesFew : MmaShape<32, 32, 3, 3, 4, 2> {
+    // -0.4% (two rounds). Every fragment multiplied (AllFragments): workbench, H100, 26.5 -> 23.6 us at 16 and 32
+    // sequences. Against the wgmma tiles at 48 and 64 they were ahead in the workbench (33.1 -> 31.7, 35.5 -> 31.9
+    // us), not in the engine (H100, 64 sequences: the deltas phase small 64.2 -> 63.7 us, LARGE 312 -> 320).
+    struct MmaTilesFew : AllFragments<MmaShape<32, 32, 3, 3, 4, 2>> {
         static constexpr bool kKeepA = true;
     };
     // On sm_90a from 33 sequences: W1's rows (along x) and delta_out's (along k) as 16-byte windows. Workbench
