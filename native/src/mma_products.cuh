@@ -69,16 +69,20 @@ struct SlabCopies {
     static_assert(kThreadCount % kInner == 0 && kCopies * kThreadCount == kSlab * kExtent, "whole copies");
     static_assert(kCopies <= 32, "one bit per copy");
     const float *base, *src;  // the operand's first entry (a safe address), this thread's copy 0 in slab 0
-    int64_t copy_step, slab_step, k_end;  // k_end: K - (copy 0's k), so that slab k0 has K - k0 - k left
-    uint32_t x_inside;                    // bit c: copy c's x is inside the matrix
-    int dst;                              // copy 0's place in a slab ([k][x], rows kStride apart)
+    int64_t copy_step, slab_step;
+    // K - (copy 0's k), so that slab k0 has K - k0 - k left. In 32 bits, as the slab index (a product's K, a unit's
+    // inputs, outputs or sequences, is far below 2^31): in 64 bits that arithmetic was a tenth of the W1 forward's
+    // slab loop in SASS (146 -> 132 instructions a warp).
+    int k_end;
+    uint32_t x_inside;  // bit c: copy c's x is inside the matrix
+    int dst;            // copy 0's place in a slab ([k][x], rows kStride apart)
     __device__ SlabCopies(const Operand& op, int64_t x0, int64_t K, int64_t X) : base(op.base) {
         const int inner = static_cast<int>(threadIdx.x) % kInner, outer = static_cast<int>(threadIdx.x) / kInner;
         const int k = kAlongK ? inner : outer, x = kAlongK ? outer : inner;
         src = op.at(k, x0 + x);
         copy_step = kOuterStep * (kAlongK ? op.sx : op.sk);
         slab_step = kSlab * op.sk;
-        k_end = K - k;
+        k_end = static_cast<int>(K) - k;
         x_inside = 0;
         for (int c = 0; c < kCopies; ++c)
             if (x0 + x + (kAlongK ? c * kOuterStep : 0) < X) x_inside |= 1u << c;
@@ -91,9 +95,9 @@ struct SlabCopies {
     // 32 banks; the fragment reads (k / 4 fixed per read) stay conflict-free. Along x there is nothing to fix.
     __host__ __device__ static constexpr int swizzle(int k) { return kAlongK && kOuterStep % 8 == 0 ? 2 * (k / 4 % 4) : 0; }
     // Slab i into its stage; entries past the matrix as zeros.
-    __device__ void copy(float* stage, int64_t i) const {
-        const int64_t left = k_end - i * kSlab;  // copy c is inside along k if its k offset is below this
-        const int k_left = left > kSlab ? kSlab : static_cast<int>(left);
+    __device__ void copy(float* stage, int i) const {
+        const int left = k_end - i * kSlab;  // copy c is inside along k if its k offset is below this
+        const int k_left = left > kSlab ? kSlab : left;
         const float* s = src + i * slab_step;
 #pragma unroll
         for (int c = 0; c < kCopies; ++c) {
@@ -124,14 +128,15 @@ struct IndexedSlabCopies {
     const float* base;
     const int32_t* index;  // along k: this thread's k in slab 0
     int64_t offset;        // along k: copy 0's x times sx; along x: copy 0's place in slab 0
-    int64_t copy_step, slab_step, k_end;
+    int64_t copy_step, slab_step;
+    int k_end;  // as SlabCopies'
     uint32_t x_inside;
     int dst;
     mutable int32_t next = 0;  // along k: the index of the slab copy() moves next
     __device__ IndexedSlabCopies(const IndexedOperand& op, int64_t x0, int64_t K, int64_t X) : base(op.base) {
         const int inner = static_cast<int>(threadIdx.x) % Layout::kInner, outer = static_cast<int>(threadIdx.x) / Layout::kInner;
         const int k = kAlongK ? inner : outer, x = kAlongK ? outer : inner;
-        k_end = K - k;
+        k_end = static_cast<int>(K) - k;
         x_inside = 0;
         for (int c = 0; c < kCopies; ++c)
             if (x0 + x + (kAlongK ? c * kOuterStep : 0) < X) x_inside |= 1u << c;
@@ -149,9 +154,9 @@ struct IndexedSlabCopies {
             slab_step = kSlab * op.sk;
         }
     }
-    __device__ void copy(float* stage, int64_t i) const {
-        const int64_t left = k_end - i * kSlab;
-        const int k_left = left > kSlab ? kSlab : static_cast<int>(left);
+    __device__ void copy(float* stage, int i) const {
+        const int left = k_end - i * kSlab;
+        const int k_left = left > kSlab ? kSlab : left;
         const float* s;
         if constexpr (kAlongK) {
             s = base + next + offset;
@@ -261,8 +266,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     using BCopies = OperandSlabCopies<P::kBIndexed, P::kBAlongK, BN, KS, kBStride, kThreadCount>;
     const ACopies a_copies(p.A, m0, p.K, p.M);
     const BCopies b_copies(p.B, n0, p.K, p.N);
-    const int64_t n_slabs = (p.K + KS - 1) / KS;
-    auto fetch = [&](int64_t i) {  // slab i into stage i % kStages; always commits a group
+    const int n_slabs = static_cast<int>((p.K + KS - 1) / KS);
+    auto fetch = [&](int i) {  // slab i into stage i % kStages; always commits a group
         if (i < n_slabs) {
             float* As = smem + (i % kStages) * mma_product_stage_floats<Shape>();
             a_copies.copy(As, i);
@@ -273,8 +278,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
 
     float acc[MT][NT][4] = {};  // (row g, column 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of fragment (mt, j)
     for (int i = 0; i < kStages - 1; ++i) fetch(i);
-    const int64_t prefetch_at = n_slabs > kPrefetchK / KS ? n_slabs - kPrefetchK / KS : 0;
-    for (int64_t i = 0; i < n_slabs; ++i) {
+    const int prefetch_at = n_slabs > kPrefetchK / KS ? n_slabs - kPrefetchK / KS : 0;
+    for (int i = 0; i < n_slabs; ++i) {
         copy_async_wait<kStages - 2>();  // slab i has landed (this thread's copies) ...
         __syncthreads();                 // ... and every thread's; all are done with slab i-1's stage
         fetch(i + kStages - 1);
