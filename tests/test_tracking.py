@@ -8,7 +8,10 @@ runs in well under 90 s.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -259,6 +262,37 @@ def test_undelivered_metrics_replay_on_resume(sqlite_uri, tmp_path):
     assert _steps(client, first.run_id, "loss") == [0, 1, 2, 3, 4]
     assert [a.path for a in client.list_artifacts(first.run_id)] == ["late.json"]
     assert tracking.pending_metrics(tracking.read_fallback(fb), first.run_id) == []
+
+
+def test_artifacts_of_a_process_killed_during_an_outage_reach_the_run_on_resume(sqlite_uri, tmp_path):
+    """A process that lost the tracker and was then killed (no close, no atexit) leaves its staged artifacts on
+    record in the fallback file, as its metrics; resuming the run uploads them."""
+    fb = tmp_path / "fb"
+    first = Tracker.start(sqlite_uri, "sqlite-killed", fallback_dir=fb)
+    first.log_metrics({"loss": 0.0}, 0)
+    first.close("KILLED")
+    dead = f"http://127.0.0.1:{free_port()}"
+    script = "\n".join([
+        "import os, warnings",
+        "warnings.simplefilter('ignore')",
+        "from pvm_dist.tracking import Tracker",
+        f"t = Tracker.start({dead!r}, 'sqlite-killed', run_id={first.run_id!r}, fallback_dir={str(fb)!r},",
+        "                  flush_every=0.05)",
+        "t.log_metrics({'loss': 1.0}, 1)",
+        "t.log_dict({'step': 1}, 'checkpoints/last.json')",
+        "assert t.flush(timeout=10) is False",  # the outage: everything spooled to the fallback file
+        "os._exit(9)",
+    ])
+    package_root = Path(tracking.__file__).parents[2]  # the pvm_dist this test imports, for the child too
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(package_root), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 9, done.stderr
+    again = Tracker.start(sqlite_uri, "sqlite-killed", run_id=first.run_id, fallback_dir=fb)
+    again.close()
+    client = _client(sqlite_uri)
+    assert _steps(client, first.run_id, "loss") == [0, 1]
+    assert [a.path for a in client.list_artifacts(first.run_id, "checkpoints")] == ["checkpoints/last.json"]
+    assert not any((fb / "pending_artifacts").glob("*/last.json"))  # uploaded, so no longer kept
 
 
 # --------------------------------------------------------------------------------------------------

@@ -80,6 +80,31 @@ def test_outbox_stages_artifacts_so_the_caller_may_delete_them(tmp_path):
     assert not (tmp_path / "fb").exists()
 
 
+def test_outbox_spools_staged_artifacts_so_a_killed_process_leaves_them_to_a_resume(tmp_path):
+    """A spool (an outage) records where each staged artifact waits, once; a later process resuming the run re-queues
+    those still staged, but not one the tracker refused nor one uploaded (its staged copy gone)."""
+    fb = tmp_path / "fb"
+    box = _outbox(fb)
+    for name in ("kept.json", "refused.json", "uploaded.json"):
+        box.stage_bytes(b"{}", f"out/{name}")
+    box.spool()
+    box.spool()  # nothing new: nothing written twice
+    records = [r for r in read_fallback(fb) if r["kind"] == "artifact"]
+    assert sorted(Path(r["local_path"]).name for r in records) == ["kept.json", "refused.json", "uploaded.json"]
+    assert all(r["retry"] and r["run_id"] == "run1" and r["artifact_path"] == "out" for r in records)
+    kept, refused, uploaded = box.pending_artifacts()
+    box.reject_artifact(refused, "bad path")
+    box.done_artifact(refused, uploaded=False)  # left where it is
+    box.done_artifact(uploaded, uploaded=True)
+    # ... and the process dies here, without a close: only the fallback file says what is left
+    again = _outbox(fb, session="s2")
+    again.replay("run1")
+    assert [a.staged for a in again.pending_artifacts()] == [kept.staged]
+    assert refused.staged.exists() and not uploaded.staged.exists()
+    assert _outbox(fb, session="s3").replay("another-run") == 0  # another run's resume takes none of them
+    assert _outbox(fb, session="s3").pending_artifacts() == []
+
+
 def test_backoff_doubles_to_a_cap_and_counts_outages(monkeypatch):
     now = [100.0]
     monkeypatch.setattr(backoff.time, "monotonic", lambda: now[0])

@@ -189,7 +189,7 @@ class Delivery:
             reason = self.sink.log_artifact(art.staged, art.artifact_path)
             if reason is not None:
                 log.warning("tracking: the tracker rejected artifact %s: %s (kept there)", art.staged, reason)
-                self.outbox.note_artifact(art, f"rejected: {reason}", retry=False)
+                self.outbox.reject_artifact(art, reason)
             self.outbox.done_artifact(art, uploaded=reason is None)
 
     def _finish(self) -> None:
@@ -208,11 +208,9 @@ class Delivery:
                 self.outbox.record("close", status=self._close_status, delivered=True, time=time.time())
             self.outbox.remove_empty_staging()
             return
-        self.outbox.spool()
+        self.outbox.spool()  # with a record of each artifact left staged
         backlog = self.outbox.backlog()
         arts = self.outbox.pending_artifacts()
-        for art in arts:
-            self.outbox.note_artifact(art, "not uploaded: tracker unreachable at close")
         self.outbox.record("close", status=self._close_status, delivered=False, queued_metrics=backlog.metrics,
                            artifacts=len(arts), time=time.time())
         log.warning("tracking: MLflow tracker %s unreachable at close: run %s not ended (%s); %d metrics, "

@@ -3,10 +3,11 @@
 Metrics wait in memory in order (bounded by ``max_queue``: past it the oldest are shed from memory, after
 they are on disk), params and tags by key, artifacts as staged copies (hard link, else copy) under
 ``<fallback_dir>/pending_artifacts``, so the caller may delete or replace the original at once. While the
-tracker is away, :meth:`Outbox.spool` appends what is queued and not yet on disk to the fallback file;
-when a batch is confirmed, :meth:`Outbox.ack_metrics` drops it and records ``delivered`` for what was on
-disk. A later process resuming the run re-queues (:meth:`Outbox.replay`) what is still undelivered, so
-nothing is lost or sent twice.
+tracker is away, :meth:`Outbox.spool` appends what is queued and not yet on disk to the fallback file (a
+staged artifact as a record of where it waits, so that a process killed during the outage leaves it to be
+re-queued, as its metrics are); when a batch is confirmed, :meth:`Outbox.ack_metrics` drops it and records
+``delivered`` for what was on disk. A later process resuming the run re-queues (:meth:`Outbox.replay`) what
+is still undelivered, so nothing is lost or sent twice.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class Outbox:
         self._items: dict[Items, dict[str, str]] = {"params": {}, "tags": {}}
         self._spooled_items: dict[Items, dict[str, str]] = {"params": {}, "tags": {}}
         self._artifacts: list[StagedArtifact] = []
+        self._recorded: set[Path] = set()  # staged artifacts with a record in the fallback file
         self._artifact_counter = itertools.count()
         self._run_announced = False  # a "run" record was written to the fallback file
 
@@ -196,12 +198,12 @@ class Outbox:
             shutil.rmtree(art.cleanup, ignore_errors=True)
         with self._lock:
             self._artifacts.remove(art)
+            self._recorded.discard(art.staged)
 
-    def note_artifact(self, art: StagedArtifact, note: str, retry: bool = True) -> None:
-        """Record in the fallback file that ``art`` is left staged (``retry``: a resumed run uploads it)."""
-        self._journal.append([{"kind": "artifact", "session": self.session, "run_id": self.run_id,
-                               "local_path": str(art.staged), "artifact_path": art.artifact_path, "note": note,
-                               "retry": retry}])
+    def reject_artifact(self, art: StagedArtifact, reason: str) -> None:
+        """Record in the fallback file that the tracker refused ``art``: it stays staged, and a resumed run does
+        not upload it again (this record overrides one :meth:`spool` wrote)."""
+        self._journal.append([self._artifact_record(art, f"rejected: {reason}", False)])
 
     def attach_run(self, run_id: str | None, outage: bool) -> None:
         """The run now exists. The fallback file (if any, or during an ``outage``) learns this session's run,
@@ -217,7 +219,8 @@ class Outbox:
         self._journal.append([{"kind": kind, "session": self.session, "run_id": self.run_id, **fields}])
 
     def spool(self) -> None:
-        """Append to the fallback file what is queued and not yet written there."""
+        """Append to the fallback file what is queued and not yet written there: metrics, params and tags, and
+        a record of each staged artifact (where it waits, to be uploaded by a resumed run)."""
         with self._spool_lock:
             with self._lock:
                 new: list[MetricEntry] = []
@@ -230,9 +233,12 @@ class Outbox:
                 changed = {what: {k: v for k, v in items.items() if self._spooled_items[what].get(k) != v}
                            for what, items in self._items.items()}
                 run_id = self.run_id
+                arts = [a for a in self._artifacts if a.staged not in self._recorded]
+                self._recorded.update(a.staged for a in arts)
             recs: list[dict[str, Any]] = [
                 {"kind": "metric", "session": e.session, "seq": e.seq, "run_id": run_id, "key": e.key,
                  "value": e.value, "step": e.step, "timestamp": e.timestamp} for e in new]
+            recs += [self._artifact_record(a, "staged, not uploaded yet", True) for a in arts]
             for what, items in changed.items():
                 recs += [{"kind": _RECORD_KIND[what], "session": self.session, "run_id": run_id, "key": k,
                           "value": v} for k, v in items.items()]
@@ -252,9 +258,8 @@ class Outbox:
             return (run_id is not None and rec.get("run_id") == run_id) or rec.get("session") in sessions
 
         metrics = [m for m in pending_metrics(records) if ours(m)]
-        arts = [r for r in records if r.get("kind") == "artifact" and ours(r)
-                and r.get("retry", True) and Path(r.get("local_path", "")).exists()]
-        arts = list({r["local_path"]: r for r in arts}.values())
+        last = {r.get("local_path"): r for r in records if r.get("kind") == "artifact" and ours(r)}  # latest wins
+        arts = [r for r in last.values() if r.get("retry", True) and Path(r.get("local_path") or "").exists()]
         # params and tags of sessions being finished: sent again (the same values are harmless)
         items = [("params" if r["kind"] == "param" else "tags", str(r.get("key")), str(r.get("value")))
                  for r in records if r.get("kind") in ("param", "tag") and r.get("session") in sessions]
@@ -280,6 +285,10 @@ class Outbox:
                 self.fallback_dir.rmdir()  # ours, and empty
         except OSError:
             pass
+
+    def _artifact_record(self, art: StagedArtifact, note: str, retry: bool) -> dict[str, Any]:
+        return {"kind": "artifact", "session": self.session, "run_id": self.run_id, "local_path": str(art.staged),
+                "artifact_path": art.artifact_path, "note": note, "retry": retry}
 
     def _staging_folder(self) -> Path:
         folder = self.fallback_dir / PENDING_ARTIFACTS / f"{self.session}-{next(self._artifact_counter):05d}"
