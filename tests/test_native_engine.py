@@ -147,6 +147,35 @@ def gpu_oracle(name: str, n_seq: int) -> str:
     return "reference" if name == "tiny" or n_seq == 1 else "native-cpu"
 
 
+def test_native_cpu_matches_reference_with_the_logistic_activation():
+    """Every zoo spec is polynomial: the logistic activation (``polynomial`` off) and its derivatives, both modes,
+    on the same terms as the default."""
+    for derivative in ("original", "exact"):
+        spec = transitions("tiny", 200).with_overrides({"derivative": derivative})
+        ref, nat = run_pair(spec.with_overrides({"polynomial": False}), 4, 200, "cpu")
+        errs = relative_errors(ref.state(), nat.state())
+        assert max(errs.values()) <= 1e-5, (derivative, errs)
+        polynomial, _ = run_pair(spec, 4, 200, "cpu")  # the switch took effect: another learning path
+        assert relative_errors(polynomial.state(), ref.state())["weights"] > 1e-3
+
+
+# The logistic activation on the GPU at each kind of kernel that finishes outputs (the fused passes, the hidden
+# deltas' product and per-unit kernel, the products with their switches fixed at compile time), against the reference.
+LOGISTIC_SEQS = (1, 2, 4, 16, 48, 96)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_seq", LOGISTIC_SEQS)
+@pytest.mark.parametrize("derivative", ["original", "exact"])
+def test_native_cuda_matches_the_reference_with_the_logistic_activation(n_seq, derivative):
+    spec = transitions("tiny", 200).with_overrides({"derivative": derivative, "polynomial": False})
+    ref, gpu = run_pair(spec, n_seq, 200, "cuda")
+    errs = relative_errors(ref.state(), gpu.state())
+    print(f"tiny logistic n_seq={n_seq} {derivative} vs reference: "
+          + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
+    assert max(errs.values()) <= 1e-4, errs
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,n_seq,derivative", GPU_CASES)
 def test_native_cuda_matches_oracle(name, n_seq, derivative):
