@@ -5,7 +5,9 @@
 #   bash dev/engine_ab_builds.sh BASE_TREE OUT_DIR [dev/engine_ab.py options: --specs, --n-seq, --steps, --frames]
 # BASE_TREE is built into OUT_DIR/base-site (pip --target; CMAKE_ARGS as for any build). Each round runs
 # dev/engine_ab.py once on the base build (PYTHONPATH) and once on this one, alternating, so that drift falls on both;
-# then `engine_ab.py --summarize` prints each build's best against the base's. Environment: AB_ROUNDS (default 2).
+# then `engine_ab.py --summarize` prints each build's best against the base's. Environment: AB_ROUNDS (default 2);
+# AB_VARIANTS, this build's variants as engine_ab.py takes them (default "this:"; e.g. "this: slab:PVM_CUDA_WHOLE=0"
+# to time one of this build's switches against the base build as well).
 set -uo pipefail
 if [ $# -lt 2 ]; then
     echo "usage: bash dev/engine_ab_builds.sh BASE_TREE OUT_DIR [engine_ab.py options]" >&2
@@ -29,7 +31,8 @@ if ! python3 -m pip install --no-build-isolation --no-deps -q --target "$OUT_DIR
 fi
 for r in $(seq 1 "$ROUNDS"); do
     PYTHONPATH="$OUT_DIR/base-site" python3 -P "$HERE/engine_ab.py" base: --rounds 1 --json "$OUT_DIR/base-$r.json" "$@" || exit 1
-    python3 -P "$HERE/engine_ab.py" this: --rounds 1 --json "$OUT_DIR/this-$r.json" "$@" || exit 1
+    # shellcheck disable=SC2086  # (variants split at spaces)
+    python3 -P "$HERE/engine_ab.py" ${AB_VARIANTS:-this:} --rounds 1 --json "$OUT_DIR/this-$r.json" "$@" || exit 1
 done
 echo "summary (best of $ROUNDS rounds, against the base build)"
 python3 -P "$HERE/engine_ab.py" --summarize "$OUT_DIR"/base-*.json "$OUT_DIR"/this-*.json
