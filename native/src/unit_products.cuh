@@ -71,6 +71,7 @@ struct WholeShape {
     static constexpr int kPitch = 4 * kChunks % 8 == 4 ? 4 * kChunks : 4 * kChunks + 4;
     static_assert(kMaxK % 8 == 0, "K in whole k-steps");
 };
+
 // A tile shape of fma_product (fma_product.cuh, plain FP32 FMAs): 64 x kCols outputs per block, Tm x Tn adjacent
 // outputs a thread, slabs kSlab deep through kStages stages, at least kMinBlocks blocks per SM.
 template <int Cols, int Slab, int Stages, int MinBlocks, int Tm = 8, int Tn = 8>
