@@ -511,7 +511,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     }
     const char* whole = std::getenv("PVM_CUDA_WHOLE");
     whole_w1_forward_ = n >= kProductSeqs && n > kMmaW1MaxSeqs && longest <= kernels::W1Forward::WholeTiles::kMaxK &&
-                        whole != nullptr && std::strcmp(whole, "1") == 0;
+                        fma_w1_forward_ == 0 && whole != nullptr && std::strcmp(whole, "1") == 0;
     // Up to 2 sequences the hidden deltas compute their units' output deltas, with no output_deltas launch
     // (PVM_CUDA_OWN_DELTAS=0: output_deltas does, for comparisons). H200, engine A/B, frames/s: small 1 / 2 / 4
     // sequences +0.5 / -0.1 / +0.1%, med +1.1 / +1.2 / -1.1% (the deltas phase 2-4 us shorter, the chained step
@@ -546,12 +546,12 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         w1_update_ = DeviceBuffer<int32_t>(product_tiles(
             t.n_units, alt_cols<kernels::W1Update>(fma_w1_update_, kernels::W1Update::MmaTiles::kCols), outputs, hidden_len, seqs));
     }
-    by_precision(cfg_.precision, [&](auto prec) { allow_products_shared<decltype(prec)::value>(n, wgmma_); });
+    by_precision(cfg_.precision, [&](auto prec) {
+        constexpr Precision P = decltype(prec)::value;
+        allow_products_shared<P>(n, wgmma_);
+        if (whole_w1_forward_) allow_mma_product_shared<kernels::W1Forward, kernels::WithPrecision<kernels::W1Forward::WholeTiles, P>>();
+    });
     by_alt_shape<kernels::W1Forward>(fma_w1_forward_, [](auto s) { allow_mma_product_shared<kernels::W1Forward, decltype(s)>(); });
-    if (whole_w1_forward_)
-        by_precision(cfg_.precision, [](auto prec) {
-            allow_mma_product_shared<kernels::W1Forward, kernels::WithPrecision<kernels::W1Forward::WholeTiles, decltype(prec)::value>>();
-        });
     by_alt_shape<kernels::W1Update>(fma_w1_update_, [](auto s) { allow_mma_product_shared<kernels::W1Update, decltype(s)>(); });
     by_alt_shape<kernels::HiddenDeltas>(fma_hidden_, [](auto s) { allow_mma_product_shared<kernels::HiddenDeltas, decltype(s)>(); });
     // hidden_deltas (1-4 sequences) takes the units with the most outputs first (as weight_pass_mma's blocks and the
@@ -671,7 +671,7 @@ void launch_product_or_alt(int which, const kernels::StepArgs& a, const DeviceBu
 template <Precision P>
 void CudaEngine::launch_w1_forward(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
     using kernels::W1Forward, kernels::WithPrecision;
-    if (whole_w1_forward_ && fma_w1_forward_ == 0) return launch_product<W1Forward, WithPrecision<W1Forward::WholeTiles, P>>(a, w1_forward_, launch);
+    if (whole_w1_forward_) return launch_product<W1Forward, WithPrecision<W1Forward::WholeTiles, P>>(a, w1_forward_, launch);
     launch_product_or_alt<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(fma_w1_forward_, a, w1_forward_, launch);
 }
 

@@ -38,13 +38,6 @@ __device__ __forceinline__ int whole_slot(int r, bool pairs) { return pairs ? (r
 // The tile's row in shared row s (whole_slot's inverse).
 __device__ __forceinline__ int whole_row(int s, bool pairs) { return pairs ? (s & ~15) + 2 * (s & 7) + (s & 15) / 8 : s; }
 
-// A 16-byte copy global -> shared where ok, none otherwise (a predicated instruction: no branch, nothing read).
-__device__ __forceinline__ void copy_async16_if(float* dst, const float* src, bool ok) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16;\n}\n" ::"r"(shared_address(dst)),
-        "l"(src), "r"(static_cast<int>(ok)));
-}
-
 // The rows x0..x0 + R - 1 of an along-k operand into shared rows of kPitch floats, each from its phase. The threads
 // of a block take 16 rows at a time, kThreads / 16 to a row, and a thread the same chunks of rows r0, r0 + 16, ...:
 // those rows share their phase, and their shared rows lie 16 apart under whole_slot. Chunks wholly past K and rows
@@ -161,7 +154,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
     if (K % 8 != 0) k_step(8 * full, std::true_type{});
 
     // The outputs: fragment (mt, j)'s entry e is shared row wm + 16 mt + g (+ 8 for e >= 2) of A by shared row
-    // wn + 8 j + 2t + e % 2 of B, each the tile's row whole_row gives. A tile inside the matrix skips the checks.
+    // wn + 8 j + 2t + e % 2 of B, each the tile's row whole_row gives (recomputed here: kept live from the phases above,
+    // the rows cost registers and the 2 x 4 shape spilled). A tile inside the matrix skips the checks.
     int64_t m_of[MT][2], n_of[NT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)

@@ -134,7 +134,8 @@ private:
     // second FMA shape (lower or upper case letter).
     int fma_w1_forward_ = 0, fma_w1_update_ = 0, fma_hidden_ = 0;
     // Experiment (PVM_CUDA_WHOLE=1; from kProductSeqs and above kMmaW1MaxSeqs sequences, every unit's hidden vector at
-    // most W1Forward::WholeTiles::kMaxK entries): the W1 forward on whole_product instead of mma_product. Off until it
+    // most W1Forward::WholeTiles::kMaxK entries, PVM_CUDA_FMA not on the W1 forward): the W1 forward on whole_product
+    // instead of mma_product. Off until it
     // has been checked and timed on a GPU (benchmarks/NOTES.md).
     bool whole_w1_forward_ = false;
 
