@@ -6,7 +6,7 @@
 # BASE_TREE is built into OUT_DIR/base-site (pip --target; CMAKE_ARGS as for any build). Each round runs
 # dev/engine_ab.py once on the base build (PYTHONPATH) and once on this one, alternating, so that drift falls on both;
 # then `engine_ab.py --summarize` prints each build's best against the base's. Environment: AB_ROUNDS (default 2);
-# AB_VARIANTS, this build's variants as engine_ab.py takes them (default "this:"; e.g. "this: whole:PVM_CUDA_WHOLE=1"
+# AB_VARIANTS, this build's variants as engine_ab.py takes them (default "this:"; e.g. "this: nowg:PVM_CUDA_WGMMA=0"
 # to time one of this build's switches against the base build as well).
 set -uo pipefail
 if [ $# -lt 2 ]; then

@@ -380,18 +380,6 @@ def test_native_cuda_fma_products_agree_with_tensor_cores(name, n_seq, letters, 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,n_seq", [("tiny", 33), ("small", 48), ("med", 64), ("small", 200)])
-def test_native_cuda_whole_w1_forward_agrees_with_slabs(name, n_seq, monkeypatch):
-    """The W1 forward on whole_product (PVM_CUDA_WHOLE=1: each tile's rows copied at once) gives mma_product's state
-    within the GPU tolerance: the same k-steps in the same order, so in practice bit for bit."""
-    spec = transitions(name, 40)
-    frames = random_frames(spec, 40, n_seq=n_seq)
-    errs = relative_errors(*states_under_switch(monkeypatch, "PVM_CUDA_WHOLE", spec, frames, n_seq, 40))
-    print(f"{name} n_seq={n_seq} whole vs slabs: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
-    assert max(errs.values()) <= 1e-4, errs
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("n_seq", [2, 12, 72])
 def test_x_ring_built_from_sources_survives_state_and_views(n_seq):
     """From 2 sequences a row of the CUDA x ring holds the step's sources (κ(h) once per hidden entry, then

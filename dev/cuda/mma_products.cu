@@ -172,12 +172,9 @@ bool bench(const char* name, int which, const Layout& L, const State& S, int64_t
         const char* kind = "";
         if constexpr (IsWgmmaShape<Shape>::value) kind = Shape::kWindow ? "wgmma window " : "wgmma ";
         if (precision != Precision::kFp32) kind = precision == Precision::kTf32 ? "TF32 " : "BF16 ";
-        if constexpr (!IsWgmmaShape<Shape>::value && !IsFmaShape<Shape>::value && !IsWholeShape<Shape>::value)
+        if constexpr (!IsWgmmaShape<Shape>::value && !IsFmaShape<Shape>::value)
             if (!SkipsDeadRows<Shape>::value) kind = "all fragments ";
-        if constexpr (IsWholeShape<Shape>::value)
-            std::snprintf(label, sizeof label, "whole %s64x%d K<=%d, %d/SM, %dx%d w", kind, Shape::kCols, Shape::kMaxK,
-                          Shape::kMinBlocks, Shape::kWarpsM, Shape::kWarpsN);
-        else if constexpr (IsFmaShape<Shape>::value)
+        if constexpr (IsFmaShape<Shape>::value)
             std::snprintf(label, sizeof label, "FMA 64x%d slab %dx%d, %d/SM, %dx%d a thread", Shape::kCols, Shape::kSlab,
                           Shape::kStages, Shape::kMinBlocks, Shape::kTm, Shape::kTn);
         else
@@ -252,13 +249,7 @@ int main(int argc, char** argv) {
         ok &= bench<W0Update, MmaWide, AllFragments<MmaWide>, FmaWide, FmaWideQuad, Tf32Wide, Bf16Wide, WgmmaShallow, WgmmaDeep, MmaWideFew, Wide2x4, Wide2x2>(
             "W0 update", 3, L, S, n, 16.0 * w0 + 4.0 * N * L.x_stride, 2.0 * N * w0, [&] { return update_ref(L, S, n, true); },
             [&](int64_t u) { return std::array<int64_t, 3>{kHidden, inputs(u), n}; }, copy_bw);
-        using Whole2x2x5 = WholeShape<64, 56, 5, 2, 2>;
-        using Whole2x4x3 = WholeShape<64, 56, 3, 2, 4>;
-        using Whole2x4x4 = WholeShape<64, 56, 4, 2, 4>;
-        using Whole2x2x3 = WholeShape<64, 56, 3, 2, 2>;
-        using Tf32Whole = InPrecision<W1Forward::WholeTiles, Precision::kTf32>;
-        using Bf16Whole = InPrecision<W1Forward::WholeTiles, Precision::kBf16>;
-        ok &= bench<W1Forward, W1Forward::WholeTiles, W1Forward::MmaTiles, Whole2x2x5, Whole2x4x3, Whole2x4x4, Whole2x2x3, Tf32Whole, Bf16Whole, MmaNarrowShallow, AllFragments<MmaShape<64, 8, 4, 3>>, ShallowDeep, WideShallow, WideShallow2x4, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
+        ok &= bench<W1Forward, W1Forward::MmaTiles, MmaNarrowShallow, AllFragments<MmaShape<64, 8, 4, 3>>, ShallowDeep, WideShallow, WideShallow2x4, FmaWide, FmaWideDeep, FmaWide3, FmaWideQuad, FmaNarrow, FmaNarrowDeep, FmaNarrowQuad, Tf32Shallow, Bf16Shallow, WgNarrowShort, WgNarrow, Shallow1x4, MmaNarrowQuad>(
             "W1 forward", 1, L, S, n, 4.0 * (w1 + N * L.y_total), 2.0 * N * w1, [&] { return forward_ref(L, S, n, false); },
             [&](int64_t u) { return std::array<int64_t, 3>{outputs(u), n, kHidden + 1}; }, copy_bw);
         ok &= bench<W1Update, MmaNarrowRow, AllFragments<MmaNarrowRow>, FmaNarrowQuad, FmaNarrow, FmaNarrowDeep, Tf32Row, Bf16Row, MmaNarrowQuad, WgNarrow, WgNarrowDeep, MmaNarrow, Narrow1x2>(

@@ -4,7 +4,6 @@
 //       -o /tmp/products.cubin dev/cuda/product_kernels.cu
 #include "../../native/src/fma_product.cuh"
 #include "../../native/src/mma_products.cuh"
-#include "../../native/src/whole_product.cuh"
 
 namespace pvm {
 namespace kernels {
@@ -12,8 +11,6 @@ namespace kernels {
 template __global__ void mma_product<W0Forward, W0Forward::MmaTiles>(StepArgs, const int32_t*);
 template __global__ void mma_product<W0Forward, W0Forward::MmaTilesOneColumn>(StepArgs, const int32_t*);
 template __global__ void mma_product<W1Forward, W1Forward::MmaTiles>(StepArgs, const int32_t*);
-template __global__ void whole_product<W1Forward, W1Forward::WholeTiles>(StepArgs, const int32_t*);
-template __global__ void whole_product<W1Forward, WholeShape<64, 56, 4, 2, 4>>(StepArgs, const int32_t*);
 template __global__ void mma_product<W0Update, W0Update::MmaTiles>(StepArgs, const int32_t*);
 template __global__ void mma_product<W1Update, W1Update::MmaTiles>(StepArgs, const int32_t*);
 template __global__ void fma_product<W1Update, W1Update::FmaTilesFew>(StepArgs, const int32_t*);

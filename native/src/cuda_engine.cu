@@ -509,9 +509,6 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         fma_w1_update_ = pick('u');
         fma_hidden_ = pick('h');
     }
-    const char* whole = std::getenv("PVM_CUDA_WHOLE");
-    whole_w1_forward_ = n >= kProductSeqs && n > kMmaW1MaxSeqs && longest <= kernels::W1Forward::WholeTiles::kMaxK &&
-                        fma_w1_forward_ == 0 && whole != nullptr && std::strcmp(whole, "1") == 0;
     // Up to 2 sequences the hidden deltas compute their units' output deltas, with no output_deltas launch
     // (PVM_CUDA_OWN_DELTAS=0: output_deltas does, for comparisons). H200, engine A/B, frames/s: small 1 / 2 / 4
     // sequences +0.5 / -0.1 / +0.1%, med +1.1 / +1.2 / -1.1% (the deltas phase 2-4 us shorter, the chained step
@@ -546,11 +543,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         w1_update_ = DeviceBuffer<int32_t>(product_tiles(
             t.n_units, alt_cols<kernels::W1Update>(fma_w1_update_, kernels::W1Update::MmaTiles::kCols), outputs, hidden_len, seqs));
     }
-    by_precision(cfg_.precision, [&](auto prec) {
-        constexpr Precision P = decltype(prec)::value;
-        allow_products_shared<P>(n, wgmma_);
-        if (whole_w1_forward_) allow_mma_product_shared<kernels::W1Forward, kernels::WithPrecision<kernels::W1Forward::WholeTiles, P>>();
-    });
+    by_precision(cfg_.precision, [&](auto prec) { allow_products_shared<decltype(prec)::value>(n, wgmma_); });
     by_alt_shape<kernels::W1Forward>(fma_w1_forward_, [](auto s) { allow_mma_product_shared<kernels::W1Forward, decltype(s)>(); });
     by_alt_shape<kernels::W1Update>(fma_w1_update_, [](auto s) { allow_mma_product_shared<kernels::W1Update, decltype(s)>(); });
     by_alt_shape<kernels::HiddenDeltas>(fma_hidden_, [](auto s) { allow_mma_product_shared<kernels::HiddenDeltas, decltype(s)>(); });
@@ -568,7 +561,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     weights_ = DeviceBuffer<float>(device_weights_, kWindowSlack);
     velocity_ = DeviceBuffer<float>(device_weights_, kWindowSlack);
     x_ = DeviceBuffer<float>(3 * n * x_stride_);
-    h_ = DeviceBuffer<float>(3 * n * t.h_total, kWindowSlack);  // (whole_product's 16-byte chunks of h's segments)
+    h_ = DeviceBuffer<float>(3 * n * t.h_total);
     y_ = DeviceBuffer<float>(3 * n * t.y_total);
     unit_lr_ = DeviceBuffer<float>(t.n_units);
     unit_mu_ = DeviceBuffer<float>(t.n_units);
@@ -666,15 +659,6 @@ void launch_product_or_alt(int which, const kernels::StepArgs& a, const DeviceBu
 
 }  // namespace
 
-// The W1 forward of many sequences in precision P: on whole_product where the engine picked it, else on mma_product (or
-// PVM_CUDA_FMA's shape).
-template <Precision P>
-void CudaEngine::launch_w1_forward(const kernels::StepArgs& a, const kernels::StepLaunch& launch) {
-    using kernels::W1Forward, kernels::WithPrecision;
-    if (whole_w1_forward_) return launch_product<W1Forward, WithPrecision<W1Forward::WholeTiles, P>>(a, w1_forward_, launch);
-    launch_product_or_alt<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(fma_w1_forward_, a, w1_forward_, launch);
-}
-
 // Many sequences: the per-unit products as matrix products on tensor cores (unit_products.cuh), in precision P.
 // The forward products and the hidden deltas read the old weights, so the updates come last.
 template <Precision P, class Mark>
@@ -684,8 +668,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     // on FMAs up to 64 sequences (default precision); same tile lists. (The hidden deltas' product, where it runs,
     // takes 32-column tiles up to 32 sequences: a tile list of its own.)
     static_assert(HiddenDeltas::WgmmaTiles::kCols == HiddenDeltas::MmaTiles::kCols &&
-                      W1Update::FmaTilesFew::kCols == W1Update::MmaTiles::kCols &&
-                      W1Forward::WholeTiles::kCols == W1Forward::MmaTiles::kCols, "one tile list per product");
+                      W1Update::FmaTilesFew::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
     launch_deltas<P>(a, launch);
     mark("deltas");
     if (a.n_seq <= kMmaW1MaxSeqs) {
@@ -693,7 +676,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
     } else if (a.n_seq <= kMmaMaxSeqs) {
         launch_w0_pass<P>(a, launch);
         mark("w0 forward+update");
-        launch_w1_forward<P>(a, launch);
+        launch_product_or_alt<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(fma_w1_forward_, a, w1_forward_, launch);
         mark("w1 forward");
         using W1UpdateFew = std::conditional_t<P == Precision::kFp32, W1Update::FmaTilesFew, WithPrecision<W1Update::MmaTiles, P>>;
         launch_product_or_alt<W1Update, W1UpdateFew>(fma_w1_update_, a, w1_update_, launch);
@@ -706,7 +689,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         else
             launch_product<W0Forward, WithPrecision<W0Forward::MmaTilesOneColumn, P>>(a, w0_forward_, launch);
         mark("w0 forward");
-        launch_w1_forward<P>(a, launch);
+        launch_product_or_alt<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(fma_w1_forward_, a, w1_forward_, launch);
         mark("w1 forward");
         launch_product<W0Update, WithPrecision<W0Update::MmaTiles, P>>(a, w0_update_, launch);
         mark("w0 update");

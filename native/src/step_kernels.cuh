@@ -452,13 +452,6 @@ __device__ __forceinline__ void copy_async16(float* dst, const float* src, bool 
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(shared_address(dst)), "l"(src),
                  "r"(valid ? 16 : 0), "l"(policy));
 }
-// A 16-byte copy where ok, none otherwise: a predicated instruction, no branch, nothing read and nothing written
-// (copy_async16 with valid false writes zeros and needs a readable address).
-__device__ __forceinline__ void copy_async16_if(float* dst, const float* src, bool ok) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16;\n}\n" ::"r"(shared_address(dst)),
-        "l"(src), "r"(static_cast<int>(ok)));
-}
 // Row r of an array of rows of NS floats ([row][NS], aligned to 4 NS bytes) as one store or load (NS = 1, 2 or 4): the
 // hidden deltas' staged delta_out, the W1 stream pass's inputs by entry.
 template <int NS>

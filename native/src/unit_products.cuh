@@ -59,19 +59,6 @@ struct WgmmaShape {
     static constexpr bool kWindow = Window;
 };
 
-// A tile shape of whole_product: 64 x kCols tiles of products whose K is at most kMaxK, at least kMinBlocks blocks
-// per SM, kWarpsM x kWarpsN warps.
-template <int Cols, int MaxK, int MinBlocks, int WarpsM = 2, int WarpsN = 4>
-struct WholeShape {
-    static constexpr int kCols = Cols, kMaxK = MaxK, kMinBlocks = MinBlocks;
-    static constexpr int kWarpsM = WarpsM, kWarpsN = WarpsN, kThreads = 32 * WarpsM * WarpsN;
-    // The 16-byte chunks that cover a row of kMaxK entries from any phase, and the shared rows' pitch: an odd multiple
-    // of 4 floats, so that 8 rows of one phase read at 4 consecutive k take 32 banks.
-    static constexpr int kChunks = (kMaxK + 3 + 3) / 4;
-    static constexpr int kPitch = 4 * kChunks % 8 == 4 ? 4 * kChunks : 4 * kChunks + 4;
-    static_assert(kMaxK % 8 == 0, "K in whole k-steps");
-};
-
 // A tile shape of fma_product (fma_product.cuh, plain FP32 FMAs): 64 x kCols outputs per block, Tm x Tn adjacent
 // outputs a thread, slabs kSlab deep through kStages stages, at least kMinBlocks blocks per SM.
 template <int Cols, int Slab, int Stages, int MinBlocks, int Tm = 8, int Tn = 8>
@@ -139,7 +126,7 @@ struct Forward {
           out(out_ring + ring_slot(*a.step) * a.n_seq * out_stride), polynomial(a.polynomial) {}
     struct Old {};  // what finish reads of the old state (loaded for all of a thread's outputs before any is written)
     __device__ Old old(int64_t, int64_t) const { return {}; }
-    // Output (m, q) into sequence q's outputs, out_of(q); whole_product takes a column's address once for all its rows.
+    // Output (m, q) into sequence q's outputs, out_of(q) (whole_product took a column's address once).
     __device__ float* out_of(int64_t q) const { return out + q * out_stride; }
     template <class F = Runtime>
     __device__ void finish_in(float* column, int64_t m, float sum, F f = {}) const {
@@ -177,9 +164,6 @@ struct W0Forward : Forward<IndexedOperand> {
 // us at 16 sequences, 32.7 -> 30.8 at 64, 394 -> 379 at 1,024.
 struct W1Forward : Forward<> {
     using MmaTiles = AllFragments<MmaNarrowShallow>;
-    // Experiment (PVM_CUDA_WHOLE=1, where every unit's K, its hidden entries and the constant 1, is at most 56):
-    // whole_product (whole_product.cuh), each tile's rows copied at once as 16-byte chunks.
-    using WholeTiles = WholeShape<64, 56, 4, 2, 2>;
     static constexpr bool kFixedFinish = true;
     __device__ W1Forward(const StepArgs& a, int64_t u)
         : Forward(a, a.y_off[u + 1] - a.y_off[u], a.h_off[u + 1] - a.h_off[u], a.h_off[u + 1] - a.h_off[u], a.w1_off[u],

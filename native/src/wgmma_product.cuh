@@ -23,7 +23,6 @@
 
 #include "fma_product.cuh"
 #include "mma_products.cuh"
-#include "whole_product.cuh"
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || (defined(__CUDA_ARCH_SPECIFIC__) && __CUDA_ARCH_SPECIFIC__ == 900)
 #define PVM_WGMMA 1
@@ -351,8 +350,7 @@ inline cudaError_t query_wgmma_built(bool& built) {
     return e;
 }
 
-// The kernel of product P under tile shape S (mma_product, wgmma_product, whole_product or fma_product) and its shared
-// memory.
+// The kernel of product P under tile shape S (mma_product, wgmma_product or fma_product) and its shared memory.
 template <class S>
 struct IsWgmmaShape : std::false_type {};
 template <int C, int K, int St, int B, bool W>
@@ -360,14 +358,12 @@ struct IsWgmmaShape<WgmmaShape<C, K, St, B, W>> : std::true_type {};
 template <class P, class S>
 constexpr auto product_kernel() {
     if constexpr (IsWgmmaShape<S>::value) return wgmma_product<P, S>;
-    else if constexpr (IsWholeShape<S>::value) return whole_product<P, S>;
     else if constexpr (IsFmaShape<S>::value) return fma_product<P, S>;
     else return mma_product<P, S>;
 }
 template <class S>
 constexpr size_t product_shared_bytes() {
     if constexpr (IsWgmmaShape<S>::value) return wgmma_product_shared_bytes<S>();
-    else if constexpr (IsWholeShape<S>::value) return whole_product_shared_bytes<S>();
     else return mma_product_shared_bytes<S>();
 }
 

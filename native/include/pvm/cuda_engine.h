@@ -72,9 +72,6 @@ private:
     // which at 1-2 computes the output deltas itself; then hidden_deltas_split or the product, in precision P).
     template <Precision P>
     void launch_deltas(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
-    // The W1 forward of many sequences (whole_product or mma_product), in precision P.
-    template <Precision P>
-    void launch_w1_forward(const kernels::StepArgs& a, const kernels::StepLaunch& launch);
     template <class Pixel>
     Pixel* upload_frames(const Pixel* frames);
     DeviceBuffer<float>& buffer(const std::string& name);
@@ -133,11 +130,6 @@ private:
     // update or the hidden deltas in plain FP32 FMAs (fma_product.cuh). 0: tensor cores; 1 or 2: the product's first or
     // second FMA shape (lower or upper case letter).
     int fma_w1_forward_ = 0, fma_w1_update_ = 0, fma_hidden_ = 0;
-    // Experiment (PVM_CUDA_WHOLE=1; from kProductSeqs and above kMmaW1MaxSeqs sequences, every unit's hidden vector at
-    // most W1Forward::WholeTiles::kMaxK entries, PVM_CUDA_FMA not on the W1 forward): the W1 forward on whole_product
-    // instead of mma_product. Off until it
-    // has been checked and timed on a GPU (benchmarks/NOTES.md).
-    bool whole_w1_forward_ = false;
 
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
