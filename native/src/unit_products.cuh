@@ -126,15 +126,9 @@ struct Forward {
           out(out_ring + ring_slot(*a.step) * a.n_seq * out_stride), polynomial(a.polynomial) {}
     struct Old {};  // what finish reads of the old state (loaded for all of a thread's outputs before any is written)
     __device__ Old old(int64_t, int64_t) const { return {}; }
-    // Output (m, q) into sequence q's outputs, out_of(q) (whole_product took a column's address once).
-    __device__ float* out_of(int64_t q) const { return out + q * out_stride; }
-    template <class F = Runtime>
-    __device__ void finish_in(float* column, int64_t m, float sum, F f = {}) const {
-        column[m] = activation(sum, polynomial_in(f, polynomial));
-    }
     template <class F = Runtime>
     __device__ void finish(int64_t m, int64_t q, float sum, Old, F f = {}) const {
-        finish_in(out_of(q), m, sum, f);
+        out[q * out_stride + m] = activation(sum, polynomial_in(f, polynomial));
     }
     template <class Fn>
     __device__ void with_fixed(Fn&& fn) const {
