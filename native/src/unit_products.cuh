@@ -278,6 +278,10 @@ struct W1Update : Update<> {
     // +6.5 / +4.2%, LARGE +5.9 / +3.7% (the phase at small 48: 59.8 -> 46.2 us). Above 64 the tensor cores' full
     // tiles are ahead (small 256 / 1,024: -2.4 / -5.3%).
     using FmaTilesFew = FmaShape<64, 16, 3, 3, 4, 8>;
+    // From 65 to 128 sequences: FMAs still, 8 x 8 outputs a thread. H100, engine A/B against the tensor cores' tiles
+    // (best of two rounds, frames/s): at 96 small / med / LARGE +1.5 / +2.8 / +2.5% (4 x 8 a thread: +1.2 / +2.7 /
+    // +2.1%), at 128 +1.1 / +1.3 / +1.6% (+0.2 / +1.1 / +0.8%); the phase at LARGE 96: 386 -> 297 us.
+    using FmaTilesMid = FmaShape<64, 16, 3, 4>;
     __device__ W1Update(const StepArgs& args, int64_t unit)
         : Update(args, args.y_off[unit + 1] - args.y_off[unit], args.h_off[unit + 1] - args.h_off[unit],
                  args.h_off[unit + 1] - args.h_off[unit], args.w1_off[unit], unit) {
