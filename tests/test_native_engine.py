@@ -366,11 +366,11 @@ def test_native_cuda_wgmma_products_agree_with_mma(name, n_seq, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,n_seq,letters", [("tiny", 48, "fuh"), ("small", 64, "FUH"), ("small", 72, "fuh"),
-                                                ("tiny", 200, "FUH")])
+@pytest.mark.parametrize("name,n_seq,letters", [("tiny", 48, "fuh"), ("small", 64, "FUH"), ("small", 72, "fuhw"),
+                                                ("tiny", 200, "FUHW")])
 def test_native_cuda_fma_products_agree_with_tensor_cores(name, n_seq, letters, monkeypatch):
-    """W1's products and the hidden deltas in plain FP32 FMAs (PVM_CUDA_FMA f, u, h, both shapes of each) give the
-    default kernels' state within the GPU tolerance, and not bit for bit (the switch took effect)."""
+    """W1's products, the hidden deltas and the W0 update in plain FP32 FMAs (PVM_CUDA_FMA f, u, h, w, both shapes of
+    each) give the default kernels' state within the GPU tolerance, and not bit for bit (the switch took effect)."""
     spec = transitions(name, 40)
     frames = random_frames(spec, 40, n_seq=n_seq)
     states = states_under_switch(monkeypatch, "PVM_CUDA_FMA", spec, frames, n_seq, 40, values=("", letters))

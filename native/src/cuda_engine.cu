@@ -513,6 +513,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
         fma_w1_forward_ = pick('f');
         fma_w1_update_ = pick('u');
         fma_hidden_ = pick('h');
+        fma_w0_update_ = pick('w');
     }
     // Up to 2 sequences the hidden deltas compute their units' output deltas, with no output_deltas launch
     // (PVM_CUDA_OWN_DELTAS=0: output_deltas does, for comparisons). H200, engine A/B, frames/s: small 1 / 2 / 4
@@ -540,7 +541,8 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     }
     if (n >= kProductSeqs && n > kMmaMaxSeqs) {
         w0_forward_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Forward::MmaTiles::kCols, hidden, seqs, inputs));
-        w0_update_ = DeviceBuffer<int32_t>(product_tiles(t.n_units, kernels::W0Update::MmaTiles::kCols, hidden, inputs, seqs));
+        w0_update_ = DeviceBuffer<int32_t>(product_tiles(
+            t.n_units, alt_cols<kernels::W0Update>(fma_w0_update_, kernels::W0Update::MmaTiles::kCols), hidden, inputs, seqs));
     }
     if (n >= kProductSeqs && n > kMmaW1MaxSeqs) {
         w1_forward_ = DeviceBuffer<int32_t>(product_tiles(
@@ -552,6 +554,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     by_alt_shape<kernels::W1Forward>(fma_w1_forward_, [](auto s) { allow_mma_product_shared<kernels::W1Forward, decltype(s)>(); });
     by_alt_shape<kernels::W1Update>(fma_w1_update_, [](auto s) { allow_mma_product_shared<kernels::W1Update, decltype(s)>(); });
     by_alt_shape<kernels::HiddenDeltas>(fma_hidden_, [](auto s) { allow_mma_product_shared<kernels::HiddenDeltas, decltype(s)>(); });
+    by_alt_shape<kernels::W0Update>(fma_w0_update_, [](auto s) { allow_mma_product_shared<kernels::W0Update, decltype(s)>(); });
     // hidden_deltas (1-4 sequences) takes the units with the most outputs first (as weight_pass_mma's blocks and the
     // products' tiles are listed): the last blocks to start are then the shortest, where the units fill more than one
     // wave of its blocks (med at 4 sequences, 3 blocks a SM: +3.5%). PVM_CUDA_LPT=0 keeps the topology's order.
@@ -697,7 +700,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         mark("w0 forward");
         launch_product_or_alt<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(fma_w1_forward_, a, w1_forward_, launch);
         mark("w1 forward");
-        launch_product<W0Update, WithPrecision<W0Update::MmaTiles, P>>(a, w0_update_, launch);
+        launch_product_or_alt<W0Update, WithPrecision<W0Update::MmaTiles, P>>(fma_w0_update_, a, w0_update_, launch);
         mark("w0 update");
         if (P == Precision::kFp32 && a.n_seq <= kFmaW1UpdateMaxSeqs)
             launch_product_or_alt<W1Update, W1Update::FmaTilesMid>(fma_w1_update_, a, w1_update_, launch);

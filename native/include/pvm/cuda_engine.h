@@ -126,10 +126,10 @@ private:
     // The hidden deltas of kHiddenProductSeqs to kSplitMaxSeqs sequences on hidden_deltas_split (W1's rows short, at most
     // kSplitRows hidden rows), else as the product (hidden_deltas_'s tiles).
     bool split_hidden_deltas_ = false;
-    // Experiment (PVM_CUDA_FMA, letters f, u, h; FP32 precision, from kFmaMinSeqs sequences): the W1 forward, the W1
-    // update or the hidden deltas in plain FP32 FMAs (fma_product.cuh). 0: tensor cores; 1 or 2: the product's first or
-    // second FMA shape (lower or upper case letter).
-    int fma_w1_forward_ = 0, fma_w1_update_ = 0, fma_hidden_ = 0;
+    // Experiment (PVM_CUDA_FMA, letters f, u, h, w; FP32 precision, from kFmaMinSeqs sequences): the W1 forward, the W1
+    // update, the hidden deltas or the W0 update (above kMmaMaxSeqs) in plain FP32 FMAs (fma_product.cuh). 0: the
+    // default kernels; 1 or 2: the product's first or second FMA shape (lower or upper case letter).
+    int fma_w1_forward_ = 0, fma_w1_update_ = 0, fma_hidden_ = 0, fma_w0_update_ = 0;
 
     // State.
     DeviceBuffer<float> weights_, velocity_, x_, h_, y_, unit_lr_, unit_mu_;
