@@ -12,6 +12,7 @@ template __global__ void mma_product<W0Forward, W0Forward::MmaTiles>(StepArgs, c
 template __global__ void mma_product<W0Forward, W0Forward::MmaTilesOneColumn>(StepArgs, const int32_t*);
 template __global__ void mma_product<W1Forward, W1Forward::MmaTiles>(StepArgs, const int32_t*);
 template __global__ void mma_product<W0Update, W0Update::MmaTiles>(StepArgs, const int32_t*);
+template __global__ void fma_product<W0Update, W0Update::FmaTilesMid>(StepArgs, const int32_t*);
 template __global__ void mma_product<W1Update, W1Update::MmaTiles>(StepArgs, const int32_t*);
 template __global__ void fma_product<W1Update, W1Update::FmaTilesFew>(StepArgs, const int32_t*);
 template __global__ void fma_product<W1Update, W1Update::FmaTilesMid>(StepArgs, const int32_t*);

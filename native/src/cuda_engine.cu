@@ -57,9 +57,10 @@ constexpr int64_t kMmaMinSeqs = 2, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProduc
 // 8 +11.0%, 16 +4.1%, 32 -1.6%; workbench at 32: 34.0 against 30.9 us).
 constexpr int64_t kSplitMaxSeqs = 16;
 constexpr int64_t kFmaMinSeqs = 33;  // PVM_CUDA_FMA (an experiment): W1's products on FMAs from here
-// The W1 update runs on FMAs (default precision) from kMmaW1MaxSeqs + 1 to this many sequences (W1Update::FmaTilesFew
-// up to kMmaMaxSeqs, FmaTilesMid above); the tensor cores' tiles above.
-constexpr int64_t kFmaW1UpdateMaxSeqs = 128;
+// The updates run on FMAs (default precision) up to this many sequences: the W1 update from kMmaW1MaxSeqs + 1
+// (W1Update::FmaTilesFew up to kMmaMaxSeqs, FmaTilesMid above), the W0 update from kMmaMaxSeqs + 1 (W0Update::FmaTilesMid;
+// below, the W0 pass); the tensor cores' tiles above.
+constexpr int64_t kFmaUpdateMaxSeqs = 128;
 // From this many sequences (every weight_pass_mma bucket and the products) the x ring holds each step's sources
 // (input_layout): the pass and the products read their inputs with 4-byte copies, which can gather them.
 constexpr int64_t kBuiltInputsMinSeqs = kMmaMinSeqs;
@@ -350,13 +351,15 @@ void allow_products_shared(int64_t n, bool wgmma) {
         allow_mma_product_shared<W0Forward, WithPrecision<W0Forward::MmaTiles, P>>();
         allow_mma_product_shared<W0Forward, WithPrecision<W0Forward::MmaTilesOneColumn, P>>();
         allow_mma_product_shared<W0Update, WithPrecision<W0Update::MmaTiles, P>>();
+        if constexpr (P == Precision::kFp32)
+            if (n <= kFmaUpdateMaxSeqs) allow_mma_product_shared<W0Update, W0Update::FmaTilesMid>();
     }
     if (n >= kProductSeqs && n > kMmaW1MaxSeqs) {
         allow_mma_product_shared<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>();
         allow_mma_product_shared<W1Update, WithPrecision<W1Update::MmaTiles, P>>();
         if constexpr (P == Precision::kFp32) {
             if (n <= kMmaMaxSeqs) allow_mma_product_shared<W1Update, W1Update::FmaTilesFew>();
-            else if (n <= kFmaW1UpdateMaxSeqs) allow_mma_product_shared<W1Update, W1Update::FmaTilesMid>();
+            else if (n <= kFmaUpdateMaxSeqs) allow_mma_product_shared<W1Update, W1Update::FmaTilesMid>();
         }
     }
 }
@@ -673,11 +676,12 @@ template <Precision P, class Mark>
 void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::StepLaunch& launch, Mark& mark) {
     using namespace kernels;
     // wgmma (sm_90a, default precision) where the workbench measured it ahead (benchmarks/NOTES.md), and the W1 update
-    // on FMAs up to kFmaW1UpdateMaxSeqs sequences (default precision); same tile lists. (The hidden deltas' product,
-    // where it runs, takes 32-column tiles up to 32 sequences: a tile list of its own.)
+    // and the W0 update on FMAs up to kFmaUpdateMaxSeqs sequences (default precision); same tile lists. (The hidden
+    // deltas' product, where it runs, takes 32-column tiles up to 32 sequences: a tile list of its own.)
     static_assert(HiddenDeltas::WgmmaTiles::kCols == HiddenDeltas::MmaTiles::kCols &&
                       W1Update::FmaTilesFew::kCols == W1Update::MmaTiles::kCols &&
-                      W1Update::FmaTilesMid::kCols == W1Update::MmaTiles::kCols, "one tile list per product");
+                      W1Update::FmaTilesMid::kCols == W1Update::MmaTiles::kCols &&
+                      W0Update::FmaTilesMid::kCols == W0Update::MmaTiles::kCols, "one tile list per product");
     launch_deltas<P>(a, launch);
     mark("deltas");
     if (a.n_seq <= kMmaW1MaxSeqs) {
@@ -691,7 +695,7 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         launch_product_or_alt<W1Update, W1UpdateFew>(fma_w1_update_, a, w1_update_, launch);
         mark("w1 update");
     } else {
-        // On mma.sync (the W1 update on FMAs up to kFmaW1UpdateMaxSeqs): with x gathered (W0Forward) and the old state
+        // On mma.sync (the updates on FMAs up to kFmaUpdateMaxSeqs): with x gathered (W0Forward) and the old state
         // prefetched (W0Update, W1Update) each was ahead of the wgmma shapes tried (benchmarks/NOTES.md).
         if (a.n_seq > W0Forward::MmaTiles::kCols)
             launch_product<W0Forward, WithPrecision<W0Forward::MmaTiles, P>>(a, w0_forward_, launch);
@@ -700,9 +704,12 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         mark("w0 forward");
         launch_product_or_alt<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(fma_w1_forward_, a, w1_forward_, launch);
         mark("w1 forward");
-        launch_product_or_alt<W0Update, WithPrecision<W0Update::MmaTiles, P>>(fma_w0_update_, a, w0_update_, launch);
+        if (P == Precision::kFp32 && a.n_seq <= kFmaUpdateMaxSeqs)
+            launch_product_or_alt<W0Update, W0Update::FmaTilesMid>(fma_w0_update_, a, w0_update_, launch);
+        else
+            launch_product_or_alt<W0Update, WithPrecision<W0Update::MmaTiles, P>>(fma_w0_update_, a, w0_update_, launch);
         mark("w0 update");
-        if (P == Precision::kFp32 && a.n_seq <= kFmaW1UpdateMaxSeqs)
+        if (P == Precision::kFp32 && a.n_seq <= kFmaUpdateMaxSeqs)
             launch_product_or_alt<W1Update, W1Update::FmaTilesMid>(fma_w1_update_, a, w1_update_, launch);
         else
             launch_product_or_alt<W1Update, WithPrecision<W1Update::MmaTiles, P>>(fma_w1_update_, a, w1_update_, launch);

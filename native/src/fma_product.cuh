@@ -1,11 +1,12 @@
 // Many sequences: the per-unit products of unit_products.cuh in plain FP32 FMAs,
 //   C[m, n] = sum_k A[k, m] B[k, n],
-// in the products workbench (dev/cuda/mma_products.cu), the engine's W1 update of 33-64 sequences, and behind the
-// experiment switch PVM_CUDA_FMA. Why: W1's three products (K = 50 for the forward, M = 49 or N = 50 for the others)
-// are short, and on tensor cores the W1 forward runs at about a fifth of the FP32 rate at 1,024 sequences.
-// Measured (benchmarks/results-fma-products-h100.md, H100, engine): the W1 update of 33-64 sequences wins (4 x 8 a
-// thread, +3.7 to +6.5% on small, med and LARGE; the engine's default there: W1Update::FmaTilesFew); the W1 forward
-// (-9 to -11% at 64) and the hidden deltas (-2 to -9%) lose everywhere, the W1 update above 64 too.
+// in the products workbench (dev/cuda/mma_products.cu), the engine's W1 update of 33-128 sequences and W0 update of
+// 65-128, and behind the experiment switch PVM_CUDA_FMA. Why: W1's three products (K = 50 for the forward, M = 49 or
+// N = 50 for the others) are short, and so are the updates' sums (K = n_seq).
+// Measured (H100, engine; benchmarks/results-fma-products-h100.md, results-session7-h100.md): the W1 update of
+// 33-128 sequences wins (+3.7 to +6.5% at 33-64, +0.2 to +4.5% at 72-128; W1Update::FmaTilesFew, FmaTilesMid), the
+// W0 update of 65-128 too (+0.9 to +10.2%; W0Update::FmaTilesMid); the W1 forward (-9 to -11% at 64), the hidden
+// deltas (-2 to -9%) and the W0 forward (-5 to -18% at 72-256) lose everywhere, the updates above 128 too.
 // A block computes a 64 x kCols tile of one unit's C, its operands staged in slabs of kSlab k through kStages
 // stages of shared memory by mma_product's copies (SlabCopies: [k][x], along-k operands swizzled). A thread
 // sums kTm x kTn adjacent outputs, reading its kTm values of A and kTn of B per k as float4s (a warp is 4 x 8

@@ -258,6 +258,12 @@ struct Update {
 // (workbench, H200: 259.7 against 279.7 us at 256 sequences, 747 against 764 at 1,024; benchmarks/NOTES.md).
 struct W0Update : Update<IndexedOperand> {
     using MmaTiles = MmaWide;
+    // From 65 to 128 sequences (FP32 precision): plain FP32 FMAs, 8 x 8 outputs a thread, on the same 128-column tile
+    // list. A tile sums over only K = n_seq sequences, where the tensor cores' split, copies and epilogue cost more
+    // than the FMAs they save. H100, engine A/B (PVM_CUDA_FMA=W against the tensor cores, best of two rounds, frames/s):
+    // at 72 small / med / LARGE +8.1 / +9.3 / +10.2%, at 96 +6.3 / +6.1 / +7.2%, at 128 +0.9 / +1.3 / +2.0%; at 256
+    // -6.6 / -6.8 / -6.8%. The phase at small 96: 198 -> 171 us. (64 x 64 tiles, PVM_CUDA_FMA=w: 2-3 points less.)
+    using FmaTilesMid = FmaShape<128, 16, 3, 2>;
     __device__ W0Update(const StepArgs& args, int64_t unit)
         : Update(args, args.hidden, args.x_off[unit + 1] - args.x_off[unit], w0_pitch(args.x_off[unit + 1] - args.x_off[unit]),
                  args.w0_off[unit], unit) {
