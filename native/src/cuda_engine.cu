@@ -36,7 +36,7 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 // - W0 and W1 passes: one sequence a row pass (weight_pass_single; W1 streamed on sm_90, below); from kMmaMinSeqs
 //   to kMmaMaxSeqs one pass on tensor cores (weight_pass_mma or w0_span_pass, one read of W and V per step for all
 //   sequences; with the x ring holding the step's sources, kBuiltInputsMinSeqs); above, forward and update as
-//   separate per-unit products on tensor cores (mma_product). When the tensor-core pass was first written it won
+//   separate per-unit products on tensor cores (mma_product; the updates up to kFmaUpdateMaxSeqs on FMAs, fma_product). When the tensor-core pass was first written it won
 //   from 5 sequences over a fused FMA pass (weight_pass_multi; H200, small: 23.2k, 26.7k, 30.6k, 34.2k frames/s at
 //   5-8 against 22.3k, 25.3k, 28.7k, 31.5k; a tie at 4); with its span pass and the sources ring it won from 2, and
 //   the FMA pass went (frames/s against it at 3 / 4 sequences, H200: small +5.6 / +7.8%, med +8.8 / +10.7%, LARGE
