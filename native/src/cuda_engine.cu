@@ -36,9 +36,10 @@ int blocks_for(int64_t n, int threads = kernels::kThreads) {
 // - W0 and W1 passes: one sequence a row pass (weight_pass_single; W1 streamed on sm_90, below); from kMmaMinSeqs
 //   to kMmaMaxSeqs one pass on tensor cores (weight_pass_mma or w0_span_pass, one read of W and V per step for all
 //   sequences; with the x ring holding the step's sources, kBuiltInputsMinSeqs); above, forward and update as
-//   separate per-unit products on tensor cores (mma_product; the updates up to kFmaUpdateMaxSeqs on FMAs, fma_product). When the tensor-core pass was first written it won
-//   from 5 sequences over a fused FMA pass (weight_pass_multi; H200, small: 23.2k, 26.7k, 30.6k, 34.2k frames/s at
-//   5-8 against 22.3k, 25.3k, 28.7k, 31.5k; a tie at 4); with its span pass and the sources ring it won from 2, and
+//   separate per-unit products on tensor cores (mma_product; the updates up to kFmaUpdateMaxSeqs on FMAs,
+//   fma_product). When the tensor-core pass was first written it won from 5 sequences over a fused FMA pass
+//   (weight_pass_multi; H200, small: 23.2k, 26.7k, 30.6k, 34.2k frames/s at 5-8 against 22.3k, 25.3k, 28.7k, 31.5k;
+//   a tie at 4); with its span pass and the sources ring it won from 2, and
 //   the FMA pass went (frames/s against it at 3 / 4 sequences, H200: small +5.6 / +7.8%, med +8.8 / +10.7%, LARGE
 //   +10.4 / +11.6%, LARGE's gather 26.8 -> 10.2 us and W0 phase 477 -> 426 us; at 2, H100: small +3.4%, med +5.2%,
 //   LARGE +5.4%). The W1 pass ends earlier, at kMmaW1MaxSeqs: with 33-64 sequences its 50-float rows leave the
@@ -58,8 +59,8 @@ constexpr int64_t kMmaMinSeqs = 2, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProduc
 constexpr int64_t kSplitMaxSeqs = 16;
 constexpr int64_t kFmaMinSeqs = 33;  // PVM_CUDA_FMA (an experiment): W1's products on FMAs from here
 // The updates run on FMAs (default precision) up to this many sequences: the W1 update from kMmaW1MaxSeqs + 1
-// (W1Update::FmaTilesFew up to kMmaMaxSeqs, FmaTilesMid above), the W0 update from kMmaMaxSeqs + 1 (W0Update::FmaTilesMid;
-// below, the W0 pass); the tensor cores' tiles above.
+// (W1Update::FmaTilesFew up to kMmaMaxSeqs, FmaTilesMid above), the W0 update from kMmaMaxSeqs + 1
+// (W0Update::FmaTilesMid; below, the W0 pass); the tensor cores' tiles above.
 constexpr int64_t kFmaUpdateMaxSeqs = 128;
 // From this many sequences (every weight_pass_mma bucket and the products) the x ring holds each step's sources
 // (input_layout): the pass and the products read their inputs with 4-byte copies, which can gather them.
