@@ -669,6 +669,15 @@ void launch_product_or_alt(int which, const kernels::StepArgs& a, const DeviceBu
         launch_product<Product, Shape>(a, tiles, launch);
 }
 
+// An update of more than kMmaMaxSeqs sequences in precision P: on FMAs (Product::FmaTilesMid) up to kFmaUpdateMaxSeqs in
+// the default precision, else on its tensor-core tiles; PVM_CUDA_FMA's shape `which` over either.
+template <class Product, Precision P>
+void launch_update(int which, const kernels::StepArgs& a, const DeviceBuffer<int32_t>& tiles, const kernels::StepLaunch& launch) {
+    if constexpr (P == Precision::kFp32)
+        if (a.n_seq <= kFmaUpdateMaxSeqs) return launch_product_or_alt<Product, typename Product::FmaTilesMid>(which, a, tiles, launch);
+    launch_product_or_alt<Product, kernels::WithPrecision<typename Product::MmaTiles, P>>(which, a, tiles, launch);
+}
+
 }  // namespace
 
 // Many sequences: the per-unit products as matrix products on tensor cores (unit_products.cuh), in precision P.
@@ -705,15 +714,9 @@ void CudaEngine::enqueue_products(const kernels::StepArgs& a, const kernels::Ste
         mark("w0 forward");
         launch_product_or_alt<W1Forward, WithPrecision<W1Forward::MmaTiles, P>>(fma_w1_forward_, a, w1_forward_, launch);
         mark("w1 forward");
-        if (P == Precision::kFp32 && a.n_seq <= kFmaUpdateMaxSeqs)
-            launch_product_or_alt<W0Update, W0Update::FmaTilesMid>(fma_w0_update_, a, w0_update_, launch);
-        else
-            launch_product_or_alt<W0Update, WithPrecision<W0Update::MmaTiles, P>>(fma_w0_update_, a, w0_update_, launch);
+        launch_update<W0Update, P>(fma_w0_update_, a, w0_update_, launch);
         mark("w0 update");
-        if (P == Precision::kFp32 && a.n_seq <= kFmaUpdateMaxSeqs)
-            launch_product_or_alt<W1Update, W1Update::FmaTilesMid>(fma_w1_update_, a, w1_update_, launch);
-        else
-            launch_product_or_alt<W1Update, WithPrecision<W1Update::MmaTiles, P>>(fma_w1_update_, a, w1_update_, launch);
+        launch_update<W1Update, P>(fma_w1_update_, a, w1_update_, launch);
         mark("w1 update");
     }
 }
