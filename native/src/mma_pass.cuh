@@ -193,6 +193,73 @@ MmaBlocks mma_blocks(int64_t n_units, int64_t slots, Rows rows, Length length) {
     return out;
 }
 
+// A warp's work on one staged chunk, shared by weight_pass_mma and the span pass (w0_span_pass.cuh). The lane
+// (g, t) holds rows row0 = 16 tile + g and row1 = row0 + 8; wv_at(row, col0) is where its W (and, from vs, its V)
+// at a k-step's columns 2t, 2t+1 lies in the stage; xs the stage's inputs (mma_input_at), read at x_fwd (forward:
+// sequence 8j + g, columns 2t, 2t+1) and x_upd, x_upd4 (update: sequences 8j + k0(t), 8j + k1(t) of x(s-2), column g).
+
+// Both products of the chunk's k-steps of this warp's slot: the forward's sums into acc, the update's into grad
+// (two chains a k-step, even and odd sequence tiles), and the lane's W kept in wk for the momentum. Both k-steps'
+// products first (no shared stores between them, so the loads of the second can be issued early).
+template <class M, int NT, class At>
+__device__ __forceinline__ void chunk_products(const float* ws, const float* xs, const At& wv_at, int slot, int row0, int row1,
+                                               int x_fwd, int x_upd, int x_upd4, const typename M::A (&ld)[NT],
+                                               float (&acc)[NT][4], float (&wk)[kMmaWarpSteps][4],
+                                               float (&grad)[kMmaWarpSteps][2][4]) {
+#pragma unroll
+    for (int k = 0; k < kMmaWarpSteps; ++k) {
+        const int col0 = 8 * (slot + kMmaSlots * k);
+        // W in the accumulator layout: [0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)].
+        const float2 w0 = *reinterpret_cast<const float2*>(ws + wv_at(row0, col0));
+        const float2 w1 = *reinterpret_cast<const float2*>(ws + wv_at(row1, col0));
+        wk[k][0] = w0.x; wk[k][1] = w0.y; wk[k][2] = w1.x; wk[k][3] = w1.y;
+        // Forward: A = W, B = x(s)[sequence 8j+g][columns 2t, 2t+1]. (g, 2t) and (g, 2t+1) are W's k indices
+        // k0(t), k1(t) (a sum may take its terms in any order).
+        const typename M::A wa = M::a(wk[k][0], wk[k][2], wk[k][1], wk[k][3]);
+#pragma unroll
+        for (int p = 0; p < 2; ++p)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) grad[k][p][e] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const float2 xv = *reinterpret_cast<const float2*>(xs + x_fwd + 8 * j * kMmaStride + col0);
+            M::mma(acc[j], wa, M::b(xv.x, xv.y));
+            // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequences 8j+k0(t), 8j+k1(t)][column col0+g].
+            const float* xo = xs + 8 * j * kMmaStride + col0;
+            M::mma(grad[k][j % 2], ld[j], M::b(xo[x_upd], xo[x_upd4]));
+        }
+    }
+}
+
+// The momentum step on the lane's fragments, in the stage: V = mu V + G / n, W = W + V; a unit not yet enabled
+// (!active) keeps its W and gets V = 0. Each lane writes only what it read.
+template <int NT, class At>
+__device__ __forceinline__ void chunk_momentum(float* ws, float* vs, const At& wv_at, int slot, int row0, int row1,
+                                               const float (&wk)[kMmaWarpSteps][4], const float (&grad)[kMmaWarpSteps][2][4],
+                                               bool active, float mu, float inv_n) {
+#pragma unroll
+    for (int k = 0; k < kMmaWarpSteps; ++k) {
+        const int col0 = 8 * (slot + kMmaSlots * k);
+        float2* w0p = reinterpret_cast<float2*>(ws + wv_at(row0, col0));
+        float2* w1p = reinterpret_cast<float2*>(ws + wv_at(row1, col0));
+        float2* v0p = reinterpret_cast<float2*>(vs + wv_at(row0, col0));
+        float2* v1p = reinterpret_cast<float2*>(vs + wv_at(row1, col0));
+        const float2 v0 = *v0p, v1 = *v1p;
+        const float v[4] = {v0.x, v0.y, v1.x, v1.y};
+        float vn[4], wn[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float gsum = NT > 1 ? __fadd_rn(grad[k][0][e], grad[k][1][e]) : grad[k][0][e];
+            vn[e] = active ? __fmaf_rn(mu, v[e], __fmul_rn(gsum, inv_n)) : 0.0f;
+            wn[e] = active ? __fadd_rn(wk[k][e], vn[e]) : wk[k][e];
+        }
+        *w0p = make_float2(wn[0], wn[1]);
+        *w1p = make_float2(wn[2], wn[3]);
+        *v0p = make_float2(vn[0], vn[1]);
+        *v1p = make_float2(vn[2], vn[3]);
+    }
+}
+
 // Blocks listed by the host as mma_blocks makes them, at most kMmaRows rows; NS a multiple of 8
 // with n_seq <= NS (spare sequences staged as zeros with lr*delta 0: they add nothing). Launched with
 // mma_shared_bytes<NS, Row::kTiled>() of dynamic shared memory. Chunks of kMmaCols columns stream through the
@@ -406,59 +473,12 @@ __global__ void __launch_bounds__(kMmaThreads, NS <= 32 ? 2 : 1) weight_pass_mma
         float* ws = stage(i);
         float* vs = ws + kMmaRows * kWv;
         const float* xs = ws + kInputs;  // (W and inputs past a row's end are staged as 0)
-        // Both k-steps' products first (no shared stores between them, so the loads of the second can be
-        // issued early), the update's sums in two chains per k-step (even and odd sequence tiles).
         float wk[kMmaWarpSteps][4], grad[kMmaWarpSteps][2][4];
-#pragma unroll
-        for (int k = 0; k < kMmaWarpSteps; ++k) {
-            const int col0 = 8 * (slot + kMmaSlots * k);
-            // W in the accumulator layout: [0: (g, 2t), 1: (g, 2t+1), 2: (g+8, 2t), 3: (g+8, 2t+1)].
-            const float2 w0 = *reinterpret_cast<const float2*>(ws + wv_at(row0, col0));
-            const float2 w1 = *reinterpret_cast<const float2*>(ws + wv_at(row1, col0));
-            wk[k][0] = w0.x; wk[k][1] = w0.y; wk[k][2] = w1.x; wk[k][3] = w1.y;
-            // Forward: A = W, B = x(s)[sequence 8j+g][columns 2t, 2t+1]. (g, 2t) and (g, 2t+1) are W's k indices
-            // k0(t), k1(t) (a sum may take its terms in any order).
-            const typename M::A wa = M::a(wk[k][0], wk[k][2], wk[k][1], wk[k][3]);
-#pragma unroll
-            for (int p = 0; p < 2; ++p)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) grad[k][p][e] = 0.0f;
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                const float* xf = xs + x_fwd + 8 * j * kMmaStride + col0;
-                const float2 xv = *reinterpret_cast<const float2*>(xf);
-                M::mma(acc[j], wa, M::b(xv.x, xv.y));
-                // Update: A = lr*delta (rows x sequences), B = x(s-2)[sequences 8j+k0(t), 8j+k1(t)][column col0+g].
-                const float* xo = xs + 8 * j * kMmaStride + col0;
-                M::mma(grad[k][j % 2], ld[j], M::b(xo[x_upd], xo[x_upd4]));
-            }
-        }
+        chunk_products<M>(ws, xs, wv_at, slot, row0, row1, x_fwd, x_upd, x_upd4, ld, acc, wk, grad);
         // The new W and V replace the old in the stage: each lane writes only what it read. Tiles go back whole,
         // so a unit not yet enabled writes its W unchanged and its V as zeros; pitched rows and W1 skip it here
         // and zero V where it is not (below).
-        if (kTiled || active) {
-#pragma unroll
-            for (int k = 0; k < kMmaWarpSteps; ++k) {
-                const int col0 = 8 * (slot + kMmaSlots * k);
-                float2* w0p = reinterpret_cast<float2*>(ws + wv_at(row0, col0));
-                float2* w1p = reinterpret_cast<float2*>(ws + wv_at(row1, col0));
-                float2* v0p = reinterpret_cast<float2*>(vs + wv_at(row0, col0));
-                float2* v1p = reinterpret_cast<float2*>(vs + wv_at(row1, col0));
-                const float2 v0 = *v0p, v1 = *v1p;
-                const float v[4] = {v0.x, v0.y, v1.x, v1.y};
-                float vn[4], wn[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float gsum = NT > 1 ? __fadd_rn(grad[k][0][e], grad[k][1][e]) : grad[k][0][e];
-                    vn[e] = active ? __fmaf_rn(mu, v[e], __fmul_rn(gsum, inv_n)) : 0.0f;
-                    wn[e] = active ? __fadd_rn(wk[k][e], vn[e]) : wk[k][e];
-                }
-                *w0p = make_float2(wn[0], wn[1]);
-                *w1p = make_float2(wn[2], wn[3]);
-                *v0p = make_float2(vn[0], vn[1]);
-                *v1p = make_float2(vn[2], vn[3]);
-            }
-        }
+        if (kTiled || active) chunk_momentum<NT>(ws, vs, wv_at, slot, row0, row1, wk, grad, active, mu, inv_n);
         // Every warp's update of the chunk is in the stage: the block writes its rows back as whole 32-float
         // segments (each lane storing its own fragment wrote 3.2 L2 sectors per 32 bytes).
 #if PVM_BULK_COPIES

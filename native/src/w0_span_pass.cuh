@@ -334,47 +334,9 @@ __device__ void span_math(const StepArgs& a, const SpanSegments& segs, int n_chu
                 }
             }
             float wk[kMmaWarpSteps][4], grad[kMmaWarpSteps][2][4];
-#pragma unroll
-            for (int k = 0; k < kMmaWarpSteps; ++k) {
-                const int col0 = 8 * (slot + kMmaSlots * k);
-                const float2 w0 = *reinterpret_cast<const float2*>(ws + wv_at(row0, col0));
-                const float2 w1 = *reinterpret_cast<const float2*>(ws + wv_at(row1, col0));
-                wk[k][0] = w0.x; wk[k][1] = w0.y; wk[k][2] = w1.x; wk[k][3] = w1.y;
-                const typename M::A wa = M::a(wk[k][0], wk[k][2], wk[k][1], wk[k][3]);
-#pragma unroll
-                for (int p = 0; p < 2; ++p)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) grad[k][p][e] = 0.0f;
-#pragma unroll
-                for (int jt = 0; jt < NT; ++jt) {
-                    const float2 xv = *reinterpret_cast<const float2*>(xs + x_fwd + 8 * jt * kMmaStride + col0);
-                    M::mma(acc[jt], wa, M::b(xv.x, xv.y));
-                    const float* xo = xs + 8 * jt * kMmaStride + col0;
-                    M::mma(grad[k][jt % 2], ld[jt], M::b(xo[x_upd], xo[x_upd4]));
-                }
-            }
-            // The new W and V in the stage (a unit not yet enabled: W unchanged, V zeros), each lane what it read.
-#pragma unroll
-            for (int k = 0; k < kMmaWarpSteps; ++k) {
-                const int col0 = 8 * (slot + kMmaSlots * k);
-                float2* w0p = reinterpret_cast<float2*>(ws + wv_at(row0, col0));
-                float2* w1p = reinterpret_cast<float2*>(ws + wv_at(row1, col0));
-                float2* v0p = reinterpret_cast<float2*>(vs + wv_at(row0, col0));
-                float2* v1p = reinterpret_cast<float2*>(vs + wv_at(row1, col0));
-                const float2 v0 = *v0p, v1 = *v1p;
-                const float v[4] = {v0.x, v0.y, v1.x, v1.y};
-                float vn[4], wn[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float gsum = NT > 1 ? __fadd_rn(grad[k][0][e], grad[k][1][e]) : grad[k][0][e];
-                    vn[e] = active ? __fmaf_rn(mu, v[e], __fmul_rn(gsum, inv_n)) : 0.0f;
-                    wn[e] = active ? __fadd_rn(wk[k][e], vn[e]) : wk[k][e];
-                }
-                *w0p = make_float2(wn[0], wn[1]);
-                *w1p = make_float2(wn[2], wn[3]);
-                *v0p = make_float2(vn[0], vn[1]);
-                *v1p = make_float2(vn[2], vn[3]);
-            }
+            chunk_products<M>(ws, xs, wv_at, slot, row0, row1, x_fwd, x_upd, x_upd4, ld, acc, wk, grad);
+            // The new W and V in the stage (a unit not yet enabled: W unchanged, V zeros).
+            chunk_momentum<NT>(ws, vs, wv_at, slot, row0, row1, wk, grad, active, mu, inv_n);
             // The warp's new W and V before the copy warp's bulk store reads them: each lane's writes ordered before
             // the async proxy's reads, then one arrival per warp.
             fence_async_shared();
