@@ -46,6 +46,26 @@ def test_progress_lines_reach_a_captured_log_while_the_run_goes_on(env, tmp_path
         proc.communicate(timeout=60)
 
 
+def test_a_log_lines_eta_comes_from_the_wall_clock_after_the_first_report(monkeypatch):
+    """The first report's interval holds the start-up (on a GPU 20-50x slower than the run): its line says no ETA;
+    later lines take the rate since the first report, pictures and checkpoints included; the last says 0."""
+    import io
+
+    from pvm_dist.cli import progress
+    from pvm_dist.run.train import Progress
+
+    clock = iter([100.0, 110.0, 120.0, 121.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    out = io.StringIO()
+    lines = progress.LogLines("first", every=5.0, stream=out)
+    for step in (1_000, 11_000, 21_000):  # 1,000 steps/s of wall clock after the first report
+        lines(Progress(step, 101_000, 454.0, 454.0, 30.0, 28.0, 1.15, 0.66))
+    lines(Progress(101_000, 101_000, 3_000.0, 3_000.0, 29.0, 28.0, 1.07, 0.62))  # the last step: 1 s later, shown
+    got = out.getvalue().splitlines()
+    assert [line.rsplit("ETA ", 1)[1] for line in got] == ["–", "0:01:30", "0:01:20", "0:00:00"], got
+    assert got[0].startswith("first step 1,000/101,000 (1%)  454 steps/s  454 frames/s  err 30.00 px RMSE"), got[0]
+
+
 def test_eval_scores_the_checkpoints_data_says_it_wraps_and_gives_a_verdict(env, tmp_path: Path):
     clip = write_video(tmp_path / "clip.avi", n=23)
     run_dir = tmp_path / "r"
