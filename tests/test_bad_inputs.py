@@ -191,6 +191,17 @@ def test_image_with_too_many_pixels_is_refused_before_decoding(tmp_path):
         make_source(str(folder), (8, 8, 3), 1, 0)
 
 
+def test_a_video_ffmpeg_cannot_parse_is_one_line_on_the_real_stderr(tmp_path):
+    """FFmpeg logs to file descriptor 2 beneath Python ("moov atom not found" for an MP4 without its index), which
+    an in-process run cannot see: a subprocess shows what the terminal gets."""
+    clip = tmp_path / "cut.mp4"
+    clip.write_bytes((24).to_bytes(4, "big") + b"ftypisom" + bytes(4) + b"isommp42" + bytes(200))
+    env = {k: v for k, v in os.environ.items() if k != "OPENCV_FFMPEG_LOGLEVEL"}
+    done = subprocess.run([*cli_command(), "train", "--data", str(clip), "--spec", "tiny", "--steps", "3",
+                           "--no-track", "-q"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    one_error(done.returncode, done.stderr, "cut.mp4", "not a video OpenCV can open")
+
+
 # --- odd strings, stores, folders ----------------------------------------------------------------------------
 def test_lone_surrogate_in_a_spec_name_is_refused(cli, tmp_path):
     spec = tmp_path / "odd.json"

@@ -11,6 +11,7 @@ Videos carry no labels.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,6 +76,9 @@ class VideoClip(Clip):
         self.declared_frames = int(declared) if declared > 0 else None
 
     def _open(self):
+        # FFmpeg writes its own complaints ("moov atom not found") straight to file descriptor 2, beside the one
+        # line this raises; quiet unless the user asked for its log. OpenCV reads this at its first FFmpeg open.
+        os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
         import cv2
 
         cap = cv2.VideoCapture(opencv_path(self.path))
