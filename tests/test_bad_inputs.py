@@ -283,13 +283,14 @@ def test_bad_data_string_and_missing_gpu_are_one_line(cli):
 
 
 # --- divergence and NaN checkpoints ---------------------------------------------------------------------------
-def test_divergence_names_step_and_layer_on_one_line(cli, tmp_path):
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+def test_divergence_names_step_and_layer_on_one_line(cli, tmp_path, backend):
     import warnings
 
     with warnings.catch_warnings():  # numpy's overflow and cast warnings would be more lines on stderr
         warnings.simplefilter("error", RuntimeWarning)
         code, _, err = cli("train", "-O", "initial_learning_rate=1e30", "--steps", "100", "--no-track", "-q",
-                           "--run-dir", str(tmp_path / "r"))
+                           "--backend", backend, "--run-dir", str(tmp_path / "r"))
     line = one_error(code, err, "diverged by step")
     assert "layer" in line
 

@@ -57,9 +57,12 @@ class ReferenceEngine(EngineBase):
         s = self.step_count
         self._advance_schedule(s)
         cur, prev, old = s % RING, (s - 1) % RING, (s - 2) % RING
-        self._assemble_inputs(nx.compress_frame(frames).reshape(self.n_seq, -1), cur, prev)
-        self._forward(cur)
-        self._learn(cur, old, measure=s >= 2)
+        # A diverging run overflows to Inf and NaN, which the run's divergence check names in one line; numpy's
+        # warnings about it would be more lines on stderr, as the native engines give none.
+        with np.errstate(all="ignore"):
+            self._assemble_inputs(nx.compress_frame(frames).reshape(self.n_seq, -1), cur, prev)
+            self._forward(cur)
+            self._learn(cur, old, measure=s >= 2)
         self.step_count = s + 1
 
     def state(self) -> dict[str, Any]:
