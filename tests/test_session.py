@@ -12,6 +12,7 @@ from test_data_video import write_video
 from pvm_dist import build_engine, load_spec
 from pvm_dist.data import make_source
 from pvm_dist.engine.native import native_module
+from pvm_dist.run import session as session_module
 from pvm_dist.run.config import RunConfig
 from pvm_dist.run.session import Session
 
@@ -78,3 +79,24 @@ def test_the_readout_waits_for_its_step_also_on_animation_steps():
     session.advance(30)
     assert len(session.animation) == 8  # the last steps went one at a time ...
     assert_same(session.readout.state(), untrained)  # ... without training the readout before readout_from
+
+
+@pytest.mark.parametrize("learn", [True, False])
+def test_host_steps_take_their_labels_a_bounded_block_at_a_time(monkeypatch, learn: bool):
+    """An eval advances all its steps at once, and asked the source for every step's labels in one block (11.5 GB
+    at 100,000 steps of 8 sequences on small); in blocks of HOST_LABEL_BYTES the run is the same."""
+    config = RunConfig(spec=SPEC, steps=40, n_seq=2, backend=BACKENDS[-1], readout_from=0, animation_frames=0)
+    state = None if learn else Session(config).state()
+    whole = Session(config, state, learn=learn)
+    whole.advance(40)
+    h, w = SPEC.image_shape[:2]
+    monkeypatch.setattr(session_module, "HOST_LABEL_BYTES", 7 * 2 * h * w * 4)  # 7 steps of 2 sequences
+    blocked = Session(config, state, learn=learn)
+    asked: list[int] = []
+    labels_block = blocked.source.labels_block
+    monkeypatch.setattr(blocked.source, "labels_block", lambda step, k: asked.append(k) or labels_block(step, k))
+    blocked.advance(40)
+    assert asked == [7] * 5 + [5]
+    assert_same(blocked.engine.state(), whole.engine.state())
+    assert_same(blocked.readout.state(), whole.readout.state())
+    assert blocked.take_scores() == whole.take_scores()

@@ -341,7 +341,8 @@ def chance_scores(label_masks: np.ndarray) -> dict[str, float]:
     (κ-compressed) at its best threshold; it knows where targets tend to be in these very frames, so it
     is the stronger baseline.
     """
-    masks = np.asarray(label_masks, np.float32).reshape(-1, *np.shape(label_masks)[-2:]) > 0.5
+    masks = np.asarray(label_masks)
+    masks = (masks if masks.dtype == bool else masks > 0.5).reshape(-1, *masks.shape[-2:])
     ious = []
     for m in masks:
         rows, cols = np.flatnonzero(m.any(axis=1)), np.flatnonzero(m.any(axis=0))

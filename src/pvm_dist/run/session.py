@@ -33,6 +33,11 @@ from pvm_dist.run.metrics import diverged_layers, summarize
 from pvm_dist.run.state import RunState
 
 
+# Host steps take their labels (float32 [k, n_seq, H, W]) at most this many bytes at a time: an eval is one advance
+# of all its steps, which at 100,000 steps of 8 sequences on small asked for 11.5 GB of labels at once.
+HOST_LABEL_BYTES = 64 << 20
+
+
 class RunDiverged(RuntimeError):
     """The model's prediction error became NaN or infinite."""
 
@@ -126,7 +131,7 @@ class Session:
         while self.step < end:
             host_from = self._host_from()
             if self.step >= host_from:
-                self._host_steps(end - self.step)
+                self._host_steps(min(end - self.step, self._host_block()))
             else:
                 self.feed.run(min(end, host_from) - self.step)
         self.engine.synchronize()
@@ -142,6 +147,11 @@ class Session:
         if self.readout is not None:
             starts.append(c.readout_from if self.learn else 0)
         return min(starts, default=math.inf)
+
+    def _host_block(self) -> int:
+        """The most host steps whose labels stay within HOST_LABEL_BYTES (at least one)."""
+        h, w = self.config.spec.image_shape[:2]
+        return max(1, HOST_LABEL_BYTES // (4 * self.engine.n_seq * h * w))
 
     def _wants_readout(self, step: int) -> bool:
         """Whether the readout trains (or, frozen, is scored) at ``step``."""
@@ -175,7 +185,7 @@ class Session:
             self.readout.train(hidden, labels)
             return
         heat = self.readout.forward(hidden)
-        self._scores["masks"].append(labels)
+        self._scores["masks"].append(labels > 0.5)  # kept for the chance scores: a byte a pixel, not four
         for q in range(self.engine.n_seq):
             self._scores["iou"].append(iou(heat[q], labels[q]))
             h = hit_rate(heat[q : q + 1], labels[q : q + 1])
