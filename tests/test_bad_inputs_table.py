@@ -103,6 +103,11 @@ TRAIN_VALUES = [  # defects 7, 8, 11: values no run can use
     case("data bad zip", (*T, "--data", "{d}/d.zip"), "d.zip", files={"d.zip": b"PK\x03\x04 broken"}),
     case("data set without path", (*T, "--data", "green_ball_training"), "green_ball_training"),
     case("n-seq too big", (*T, "--spec", "small", "--n-seq", "100000000"), "needs", "this machine has"),
+    # bench checks every configuration before it times the first (the first one timed would print its progress)
+    case("bench second n-seq too big", ("bench", "--spec", "tiny", "--n-seq", "1,100000000000", "--steps", "1"),
+         "n_seq=100000000000", "needs"),
+    case("bench reference on cuda", ("bench", "--spec", "tiny", "--n-seq", "1", "--steps", "1", "--backend",
+                                     "reference", "--device", "cuda"), "CPU only"),
     case("run-dir is a file", (*T, "--run-dir", "{d}/f"), "is a file", files={"f": "x"}),
     case("run-dir under a file", (*T, "--run-dir", "{d}/f/r"), "is a file", files={"f": "x"}),
     case("resume missing", (*T, "--resume", "{d}/none.pvmckpt"), "none.pvmckpt"),

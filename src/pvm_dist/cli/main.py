@@ -488,6 +488,14 @@ def bench(
         raise UserError("--n-seq values must be positive")
     parsed = _parse_overrides(overrides)
     loaded = [load_spec(s).with_overrides(parsed) if parsed else load_spec(s) for s in _split_list(specs)]
+    from pvm_dist.engine import check_engine_build
+
+    for spec in loaded:  # every configuration's device and memory, before the first one is timed
+        for n in batch_sizes:
+            try:
+                check_engine_build(spec, backend, n, device)
+            except ValueError as exc:
+                raise UserError(f"{spec.name} n_seq={n}: {exc}") from None
     results = []
     for spec in loaded:
         for n in batch_sizes:

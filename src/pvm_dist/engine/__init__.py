@@ -16,6 +16,20 @@ def build_engine(spec: Any, backend: str = "reference", n_seq: int = 1, seed: in
     ``backend="auto"`` takes the native engine where it is built (on ``device``, default: a CUDA GPU
     if one is visible, else the CPU) and the numpy reference engine otherwise.
     """
+    spec, kind, device, topology = check_engine_build(spec, backend, n_seq, device)  # before anything is allocated
+    if kind == "native":
+        from pvm_dist.engine.native_engine import NativeEngine
+
+        return NativeEngine(spec, n_seq=n_seq, seed=seed, device=device, topology=topology)
+    from pvm_dist.engine.reference import ReferenceEngine
+
+    return ReferenceEngine(spec, n_seq=n_seq, seed=seed, topology=topology)
+
+
+def check_engine_build(spec: Any, backend: str = "reference", n_seq: int = 1, device: Any = None) -> tuple[Any, str, Any, Any]:
+    """Every check :func:`build_engine` makes before it allocates (backend, n_seq, device, memory), without
+    building: (the spec, "native" or "reference", the device, the topology), or the error the build would raise.
+    A caller with several engines to build (``bench``) checks them all before the first one runs."""
     from pvm_dist.model.spec import load_spec
 
     spec = load_spec(spec)
@@ -27,19 +41,15 @@ def build_engine(spec: Any, backend: str = "reference", n_seq: int = 1, seed: in
     from pvm_dist.model.topology import build_topology
 
     if backend == "native" or (backend == "auto" and _native_available()):
-        from pvm_dist.engine.native_engine import NativeEngine
-
         device = check_device(device)
         topology = build_topology(spec)
-        check_engine(topology, n_seq, device)  # before the engine allocates anything
-        return NativeEngine(spec, n_seq=n_seq, seed=seed, device=device, topology=topology)
+        check_engine(topology, n_seq, device)
+        return spec, "native", device, topology
     if device not in (None, "cpu"):
         raise DeviceUnavailable(f"the reference engine runs on the CPU only, not on device {device!r}")
-    from pvm_dist.engine.reference import ReferenceEngine
-
     topology = build_topology(spec)
     check_engine(topology, n_seq, "cpu")
-    return ReferenceEngine(spec, n_seq=n_seq, seed=seed, topology=topology)
+    return spec, "reference", device, topology
 
 
 def _native_available() -> bool:
