@@ -346,6 +346,11 @@ def test_picture_write_failure_is_reported(cli, tmp_path, monkeypatch, caplog):
 
 
 # --- resume options that the checkpoint cannot honour -----------------------------------------------------------
+def test_an_eval_whose_readout_masks_cannot_fit_is_refused_before_it_runs(cli, checkpoint):
+    code, _, err = cli("eval", str(checkpoint), "--steps", "100000000000")  # was an internal MemoryError
+    one_error(code, err, "100,000,000,000 steps", "label mask", "this machine has")
+
+
 def test_resume_refuses_options_that_conflict_with_the_checkpoint(cli, checkpoint, tmp_path):
     from pvm_dist.run import state as run_state
 

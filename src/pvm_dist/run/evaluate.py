@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pvm_dist.model.budget import MemoryBudgetError, format_bytes, host_memory_bytes
 from pvm_dist.run import state as run_state
+from pvm_dist.run.config import RunConfig
 from pvm_dist.run.session import Session
 from pvm_dist.run.state import RunState
 
@@ -34,11 +36,25 @@ def _frozen_run(state: RunState, data: str, steps: int, n_seq: int, data_path: s
     """:func:`evaluate_state`'s metrics, the backend that computed them and the data's period (None: no repeat)."""
     config = state.run.replace(data=data, data_path=data_path, n_seq=n_seq, backend=backend, device=device, seed=seed)
     session = Session(config, state, learn=False)
-    session.advance(2 * config.spec.n_layers if warmup is None else warmup)
+    warmup = 2 * config.spec.n_layers if warmup is None else warmup
+    if session.readout is not None:
+        _check_score_masks(config, max(warmup, steps))
+    session.advance(warmup)
     session.take_metrics(), session.take_scores()  # the transient is not scored
     session.advance(steps)
     metrics = {k: v for k, v in session.take_metrics().items() if k not in ("steps_per_s", "frames_per_s")}
     return {**metrics, **session.take_scores()}, session.engine.backend, session.source.period
+
+
+def _check_score_masks(config: RunConfig, steps: int) -> None:
+    """Scoring a readout keeps every scored frame's label mask (a byte a pixel) for its chance levels: refuse a run
+    whose masks cannot fit the host's memory before it starts."""
+    h, w = config.spec.image_shape[:2]
+    need, available = steps * config.n_seq * h * w, host_memory_bytes()
+    if available is not None and need > available:
+        raise MemoryBudgetError(f"scoring the readout over {steps:,} steps × {config.n_seq:,} sequences keeps a "
+                                f"{w}×{h} label mask a frame: needs {format_bytes(need)}; this machine has "
+                                f"{format_bytes(available)}")
 
 
 def evaluate(path: Path, data: str | None = None, steps: int = 300, n_seq: int = 1, data_path: str | None = None,
