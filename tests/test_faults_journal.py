@@ -70,6 +70,23 @@ def test_a_lost_journal_is_an_error_not_a_fresh_start(tmp_path):
     assert res.returncode == 2 and "lost its journal" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.parametrize("content,words", [
+    (b'{"sweep_id": "s", "sweep": {"na', "not valid JSON"),
+    (b"\xff\xfe{}", "not UTF-8"),
+    (b"[]", "not a sweep definition"),
+    (b'{"sweep": {}, "trials": [{"id": "t0"}]}', "not a sweep definition"),
+], ids=["torn", "binary", "a list", "trials without ids"])
+def test_a_damaged_definition_is_an_error_naming_the_file(tmp_path, content, words):
+    folder = _folder(tmp_path / "sweeps")
+    folder.sweep_file.write_bytes(content)
+    with pytest.raises(SweepNotFound, match=words):
+        SweepFolder.open(tmp_path / "sweeps", "s")
+    for command in (("status", "s"), ("resume", "s")):  # the CLI (--root tmp/sweeps): one line, exit 2
+        res = run(tmp_path, *command)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert "sweep.json is damaged" in res.stderr and words in res.stderr
+
+
 def test_the_store_is_known_from_creation_before_any_event(tmp_path):
     """A driver killed before ``sweep_started``: the resume must log where the sweep was told to, not to
     ./mlflow.db."""

@@ -52,7 +52,8 @@ EVENT_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
 
 
 class SweepNotFound(FileNotFoundError):
-    """No sweep of that id under the sweeps folder, or its journal is gone (a user error)."""
+    """No sweep of that id under the sweeps folder, or its journal is gone or its definition damaged (a user
+    error)."""
 
 
 def event_problem(rec: Any) -> str | None:
@@ -211,10 +212,25 @@ class SweepFolder:
         if not folder.journal_file.exists():
             raise SweepNotFound(f"sweep '{sweep_id}' has lost its journal ({folder.journal_file} is missing); "
                                 f"it cannot be resumed or shown (starting it over would duplicate its MLflow runs)")
+        folder.definition()  # damaged: said now, not where a command first needs a field
         return folder
 
     def definition(self) -> dict[str, Any]:
-        return json.loads(self.sweep_file.read_text())
+        """``sweep.json`` (written once, atomically): :class:`SweepNotFound` naming it if it was damaged since."""
+        try:
+            data = json.loads(self.sweep_file.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError:
+            problem = "not UTF-8"
+        except json.JSONDecodeError as exc:
+            problem = f"not valid JSON ({exc.msg} at line {exc.lineno})"
+        else:
+            trials = data.get("trials") if isinstance(data, dict) else None
+            if (isinstance(data, dict) and isinstance(data.get("sweep"), dict) and isinstance(trials, list)
+                    and all(isinstance(t, dict) and isinstance(t.get("trial_id"), str) for t in trials)):
+                return data
+            problem = "not a sweep definition (a sweep mapping and a list of trials with their ids)"
+        raise SweepNotFound(f"sweep '{self.sweep_id}': {self.sweep_file} is damaged: {problem}; it cannot be resumed "
+                            f"or shown")
 
     def trial_dir(self, trial_id: str) -> Path:
         return self.path / "trials" / trial_id
