@@ -351,6 +351,14 @@ def test_an_eval_whose_readout_masks_cannot_fit_is_refused_before_it_runs(cli, c
     one_error(code, err, "100,000,000,000 steps", "label mask", "this machine has")
 
 
+def test_sync_skips_the_damaged_lines_of_a_spool(cli, tmp_path):
+    spool = tmp_path / "run" / "tracking_fallback"
+    spool.mkdir(parents=True)
+    (spool / "tracking_fallback.jsonl").write_bytes(b'\xff\xfe\n{"kind": "metric"}\n[1]\n')  # was KeyError, decode error
+    code, out, err = cli("sync", str(tmp_path / "run"))
+    assert code == 0 and "synced 0 run(s)" in out and "internal error" not in err, err
+
+
 def test_resume_refuses_options_that_conflict_with_the_checkpoint(cli, checkpoint, tmp_path):
     from pvm_dist.run import state as run_state
 

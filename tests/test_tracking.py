@@ -8,6 +8,7 @@ runs in well under 90 s.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -130,6 +131,29 @@ def test_read_fallback_skips_a_torn_line(tmp_path):
     records = tracking.read_fallback(tmp_path)
     assert [r["kind"] for r in records] == ["metric", "delivered", "metric"]
     assert [r["seq"] for r in tracking.pending_metrics(records)] == [2]
+
+
+@pytest.mark.parametrize("line,words", [
+    (b"\xff\xfe garbage", "not UTF-8"),
+    (b'{"kind": "metric"', "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"session": "s"}', "no record kind"),
+    (b'{"kind": "metric", "session": "s", "seq": 3}', "without a valid 'key'"),
+    (b'{"kind": "metric", "session": "s", "seq": true, "key": "a", "value": 1, "step": 0, "timestamp": 1}',
+     "without a valid 'seq'"),
+    (b'{"kind": "delivered", "upto": 1}', "without a valid 'session'"),
+    (b'{"kind": "artifact", "session": "s", "local_path": 5}', "without a valid 'local_path'"),
+], ids=["binary", "torn inside", "a list", "no kind", "metric without key", "bool seq", "no session",
+        "artifact path"])
+def test_read_fallback_skips_a_damaged_line_with_a_warning_naming_it(tmp_path, caplog, line, words):
+    good = [json.dumps({"kind": "metric", "session": "s", "seq": i, "run_id": "r", "key": "a", "value": 1.0,
+                        "step": i, "timestamp": 1}).encode() for i in (1, 2)]
+    (tmp_path / tracking.FALLBACK_FILE).write_bytes(b"\n".join([good[0], line, good[1]]) + b"\n")
+    with caplog.at_level(logging.WARNING, logger="pvm_dist.tracking.fallback"):
+        records = tracking.read_fallback(tmp_path)
+    assert [r["seq"] for r in tracking.pending_metrics(records)] == [1, 2]
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "line 2 skipped" in warned[0] and words in warned[0], warned
 
 
 # --------------------------------------------------------------------------------------------------

@@ -22,13 +22,37 @@ _FILE_LOCKS: dict[str, threading.Lock] = {}
 _FILE_LOCKS_GUARD = threading.Lock()
 
 
+_INT, _NUMBER = (int,), (int, float)
+#: What each record kind needs to be used (field: types); kinds not listed need only their session.
+RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "metric": {"seq": _INT, "key": (str,), "value": _NUMBER, "timestamp": _INT, "step": _INT},
+    "delivered": {"upto": _INT}, "param": {"key": (str,)}, "tag": {"key": (str,)}, "artifact": {"local_path": (str,)},
+}
+
+
+def record_problem(rec: Any) -> str | None:
+    """Why ``rec`` (a decoded line) cannot be used, or None when it can."""
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    if not isinstance(rec.get("kind"), str):
+        return "no record kind"
+    if not isinstance(rec.get("session"), str):
+        return f"a {rec['kind']!r} record without a valid 'session'"
+    for field, types in RECORD_FIELDS.get(rec["kind"], {}).items():
+        value = rec.get(field)
+        if isinstance(value, bool) or not isinstance(value, types):
+            return f"a {rec['kind']!r} record without a valid {field!r}"
+    return None
+
+
 def read_fallback(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All records of a fallback file (or of ``<dir>/tracking_fallback.jsonl``), in order.
+    """All usable records of a fallback file (or of ``<dir>/tracking_fallback.jsonl``), in order.
 
     Kinds: ``metric`` (session, seq, run_id, key, value, step, timestamp), ``param``, ``tag``, ``artifact``
     (a staged file not uploaded, with its note), ``run`` (the run a session's records belong to, once known),
     ``delivered`` (metrics of ``session`` up to ``upto`` reached the tracker), ``outage``, ``close``.
-    A torn last line (crash while writing) is skipped.
+    A torn last line (a crash while writing) is skipped; any other damaged line is skipped with a warning
+    naming it (:func:`record_problem`).
     """
     p = Path(path)
     if p.is_dir():
@@ -36,17 +60,23 @@ def read_fallback(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not p.exists():
         return []
     records = []
-    with open(p, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                records.append(rec)
+    lines = p.read_bytes().split(b"\n")
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+            problem = record_problem(rec)
+        except UnicodeDecodeError:
+            problem = "not UTF-8"
+        except json.JSONDecodeError:
+            if number == len(lines):
+                continue  # torn: the process died mid-write
+            problem = "not JSON"
+        if problem is None:
+            records.append(rec)
+        else:
+            log.warning("tracking: %s line %d skipped: %s", p, number, problem)
     return records
 
 
