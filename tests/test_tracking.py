@@ -29,6 +29,7 @@ from mlflow import MlflowClient  # noqa: E402
 from mlflow_server import MlflowServer, free_port  # noqa: E402
 
 from pvm_dist.tracking import tracker as tracking  # noqa: E402
+from pvm_dist.tracking.fallback import Journal  # noqa: E402
 
 Tracker = tracking.Tracker
 TrackingWarning = tracking.TrackingWarning
@@ -131,6 +132,15 @@ def test_read_fallback_skips_a_torn_line(tmp_path):
     records = tracking.read_fallback(tmp_path)
     assert [r["kind"] for r in records] == ["metric", "delivered", "metric"]
     assert [r["seq"] for r in tracking.pending_metrics(records)] == [2]
+
+
+def test_a_torn_last_line_does_not_swallow_the_next_record(tmp_path):
+    """A process killed mid-write leaves a line without its newline; the next process's first record went onto it."""
+    path = tmp_path / tracking.FALLBACK_FILE
+    path.write_text(json.dumps({"kind": "run", "session": "s", "run_id": "r"}) + "\n" + '{"kind": "met')
+    Journal(path).append([{"kind": "metric", "session": "t", "seq": 1, "run_id": "r", "key": "a", "value": 1.0,
+                           "step": 0, "timestamp": 1}])
+    assert [r["kind"] for r in tracking.read_fallback(tmp_path)] == ["run", "metric"]
 
 
 @pytest.mark.parametrize("line,words", [

@@ -120,8 +120,12 @@ class Journal:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            data = "".join(json.dumps(r, default=str) + "\n" for r in records)
-            with _file_lock(self.path), open(self.path, "a", encoding="utf-8") as f:
+            data = "".join(json.dumps(r, default=str) + "\n" for r in records).encode("utf-8")
+            with _file_lock(self.path), open(self.path, "a+b") as f:
+                if f.seek(0, os.SEEK_END) > 0:
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":  # a torn last line (a process killed mid-write): end it, or it swallows these
+                        data = b"\n" + data
                 f.write(data)
                 f.flush()
         except Exception as e:  # noqa: BLE001 - a tracker never breaks training
