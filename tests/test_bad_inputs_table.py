@@ -119,6 +119,11 @@ TRAIN_VALUES = [  # defects 7, 8, 11: values no run can use
          "does not exist"),
     case("mlflow file store", ("train", "--steps", "3", "-q", "--mlflow", "file://{d}/mlruns"), "file store"),
     case("mlflow plain path", ("train", "--steps", "3", "-q", "--mlflow", "{d}/mlruns"), "file store"),
+    case("mlflow scheme typo", ("train", "--steps", "3", "-q", "--mlflow", "htp://127.0.0.1:5000"), "'htp' URIs"),
+    case("mlflow sqlite in memory", ("train", "--steps", "3", "-q", "--mlflow", "sqlite:///"), "no database file"),
+    case("mlflow sqlite :memory:", ("train", "--steps", "3", "-q", "--mlflow", "sqlite:///:memory:"),
+         "no database file"),
+    case("experiment empty", ("train", "--steps", "3", "-q", "--experiment", ""), "--experiment"),
 ]
 
 SPECS = [  # defects 1, 7, 11: spec files, checked by `info` (which sizes and builds nothing)
@@ -209,6 +214,9 @@ STORES = [  # defects 7, 11: trackers that cannot be used fail at once, and crea
     case("compare sqlite folder", ("compare", "quickstart", "--mlflow", "sqlite:///{d}"), "is a folder"),
     case("compare missing db", ("compare", "quickstart", "--mlflow", "sqlite:///{d}/none.db"), "does not exist"),
     case("compare file store", ("compare", "quickstart", "--mlflow", "file://{d}/m"), "file store"),
+    case("compare unknown scheme", ("compare", "quickstart", "--mlflow", "postgres://h/db"), "'postgres' URIs"),
+    case("sweep unknown scheme", ("sweep", "run", "{d}/s.yaml", "--mlflow", "garbage://x"), "'garbage' URIs",
+         files={"s.yaml": SWEEP_OK}),
     case("sync missing path", ("sync", "{d}/none"), "none"),
 ]
 

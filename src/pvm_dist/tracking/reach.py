@@ -8,7 +8,8 @@ not create an empty ``mlflow.db``), and an HTTP server read from must accept a T
 URIs and plain paths) is refused for logging: MLflow 3 keeps it in maintenance mode and refuses it unless
 ``MLFLOW_ALLOW_FILE_STORE=true``, and it stores a metric point again each time it is sent, so the points a
 resumed run or a restarted trial sends again (which SQL stores keep once) would be doubled. It is read
-(``compare``) where MLflow is allowed to. Other schemes (``databricks``) are left to MLflow.
+(``compare``) where MLflow is allowed to. A scheme MLflow has no store for (a typo) and a SQLite URI without a
+file are refused; other schemes (``databricks``, ``postgresql``) are left to MLflow.
 """
 
 from __future__ import annotations
@@ -41,7 +42,16 @@ def check_store(uri: str, write: bool) -> None:
     if db is not None:
         _check_sqlite(uri, db, write)
         return
+    if uri.startswith("sqlite:"):  # sqlite:// or sqlite:///:memory: (SQLAlchemy's in-memory database)
+        raise TrackingStoreError(f"MLflow store {uri}: names no database file (in memory, nothing would be kept); "
+                                 f"use sqlite:///PATH/mlflow.db")
     parts = urlsplit(uri)
+    known = _store_schemes()
+    scheme = parts.scheme.split("+", 1)[0]  # postgresql+psycopg2: the dialect and its driver
+    if known is not None and scheme not in known:
+        raise TrackingStoreError(f"MLflow store {uri}: MLflow has no tracking store for {parts.scheme or uri!r} URIs "
+                                 f"(it knows {', '.join(sorted(k for k in known if k))}); e.g. sqlite:///PATH/mlflow.db "
+                                 f"or http://HOST:PORT")
     file_store = parts.scheme in ("", "file") and not uri.startswith("databricks")
     if file_store and (write or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true"):
         raise TrackingStoreError(
@@ -50,6 +60,17 @@ def check_store(uri: str, write: bool) -> None:
             + "; use sqlite:///PATH/mlflow.db (`mlflow migrate-filestore` moves an existing one)")
     if parts.scheme in ("http", "https") and not write:  # writers spool while a server is away (tracker.py)
         _check_server(uri, parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+
+
+def _store_schemes() -> set[str] | None:
+    """The URI schemes MLflow has a tracking store for, its plugins' included; None where this MLflow does not say
+    (the registry is MLflow's own, not public: an MLflow without it leaves every scheme to MLflow, as before)."""
+    try:
+        from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+        return set(_tracking_store_registry._registry)
+    except Exception:  # noqa: BLE001 - any MLflow that does not have it
+        return None
 
 
 def _check_sqlite(uri: str, db: Path, write: bool) -> None:
