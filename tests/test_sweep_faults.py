@@ -189,6 +189,23 @@ def test_diverging_trial_fails_with_its_reason_and_the_rest_finish(cluster, tmp_
     assert runs["t000"].info.status == "FINISHED"
 
 
+def test_trials_failing_in_their_first_chunk_leave_no_unhandled_ray_error(cluster, tmp_path):
+    """Images fail as they are decoded, in a trial's first chunk, so its queued second chunk fails as well; the driver
+    ended without reading that failure, and Ray printed it at exit as an "Unhandled error" traceback."""
+    import cv2
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(40):
+        png = cv2.imencode(".png", np.full((16, 16, 3), 6 * i, np.uint8))[1].tobytes()
+        (folder / f"{i:03d}.png").write_bytes(png[: len(png) // 2] if i == 5 else png)
+    f = sweep_file(tmp_path, "bad", vary={"seed": [1, 2]}, data=str(folder), **LONG)
+    res = run(tmp_path, "run", str(f), "--address", cluster.address)
+    assert res.returncode == 4 and "every trial failed" in res.stderr, res.stderr[-3000:]
+    assert "005.png" in res.stdout + res.stderr
+    assert "Unhandled error" not in res.stderr and "Traceback" not in res.stderr, res.stderr[-3000:]
+
+
 def test_failure_budget_stops_a_crash_loop(cluster, tmp_path):
     f = sweep_file(tmp_path, "loop", vary={"seed": [1, 2, 3, 4, 5, 6]}, max_failures=1, max_concurrent=1,
                    data=str(tmp_path / "missing.mp4"))

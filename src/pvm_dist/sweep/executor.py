@@ -227,9 +227,16 @@ class Executor:
                 for w in self.workers]
 
     def shutdown(self) -> None:
-        """Kill every worker actor: the sweep ended (or the driver failed)."""
+        """Kill every worker actor: the sweep ended (or the driver failed). The calls still queued are dropped;
+        those already finished are read first, as Ray prints every failure never read as an "Unhandled error"
+        traceback when the driver exits (a failed trial's queued chunk fails too; killed calls print nothing)."""
         import ray
 
+        refs = [c.ref for w in self.workers for c in w.calls] + [w.ready_ref for w in self.workers if w.info is None]
+        done = ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else []
+        for ref in done:
+            with contextlib.suppress(Exception):  # its failure, read and dropped
+                ray.get(ref, timeout=0)
         for w in self.workers:
             with contextlib.suppress(Exception):  # already gone
                 ray.kill(w.handle)
