@@ -359,6 +359,25 @@ def test_sync_skips_the_damaged_lines_of_a_spool(cli, tmp_path):
     assert code == 0 and "synced 0 run(s)" in out and "internal error" not in err, err
 
 
+def test_a_run_folder_another_process_trains_into_is_refused(cli, checkpoint):
+    """The resume command run twice (two terminals): both trained into one folder, their checkpoints and metrics
+    interleaved, and both logged to one MLflow run."""
+    from pvm_dist.run.train import RUN_LOCK
+    from pvm_dist.tracking.owner import take
+
+    folder = checkpoint.parent.parent
+    before = sorted(p.name for p in (folder / "checkpoints").iterdir())
+    held = take(folder / RUN_LOCK)  # flock: a second descriptor conflicts as another process's would
+    try:
+        line = one_error(*cli("train", "--resume", str(checkpoint), "--steps", "20", "--no-track", "-q")[::2],
+                         str(folder), "another pvm-dist process is training into it")
+    finally:
+        held.release()
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == before, line
+    code, _, err = cli("train", "--resume", str(checkpoint), "--steps", "20", "--no-track", "-q")
+    assert code == 0, err  # free again
+
+
 def test_resume_refuses_options_that_conflict_with_the_checkpoint(cli, checkpoint, tmp_path):
     from pvm_dist.run import state as run_state
 

@@ -51,13 +51,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pvm_dist.model.budget import MemoryBudgetError
     from pvm_dist.model.spec import SpecError
     from pvm_dist.run.session import RunDiverged
-    from pvm_dist.run.train import CheckpointWriteError
+    from pvm_dist.run.train import CheckpointWriteError, RunFolderBusy
     from pvm_dist.sweep.driver import SweepRunError
     from pvm_dist.sweep.plan import SweepError
     from pvm_dist.tracking.reach import TrackingStoreError
 
     return (UserError, SpecError, CheckpointError, DataError, SweepError, SweepRunError, RunDiverged,
-            MemoryBudgetError, DeviceUnavailable, NativeEngineUnavailable, CheckpointWriteError,
+            MemoryBudgetError, DeviceUnavailable, NativeEngineUnavailable, CheckpointWriteError, RunFolderBusy,
             TrackingStoreError,
             FileNotFoundError, PermissionError, IsADirectoryError)
 

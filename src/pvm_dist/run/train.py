@@ -8,12 +8,14 @@ Ctrl-C; the MLflow run is then closed as KILLED and a resume continues the same 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
 from pvm_dist.tracking.images import log_image_series
 from pvm_dist.tracking.keep_once import keep_once
+from pvm_dist.tracking.owner import take
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
@@ -35,6 +38,31 @@ logger = logging.getLogger(__name__)
 
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (a full disk, say); the message names it and the last good one."""
+
+
+class RunFolderBusy(RuntimeError):
+    """Another process trains into the run folder (a user error: the resume command run twice, say)."""
+
+
+RUN_LOCK = ".pvm-dist.lock"  # in a run folder: held by the process training into it
+
+
+@contextlib.contextmanager
+def _held_folder(run_dir: Path) -> Iterator[None]:
+    """``run_dir`` created if need be and held by this process for the run (:class:`RunFolderBusy` if another holds
+    it); removed again, with the folders above it that this made, if the run left nothing in it."""
+    made = next((p for p in [*reversed(run_dir.parents), run_dir] if not p.exists()), None)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = take(run_dir / RUN_LOCK)
+    if lock is None:
+        raise RunFolderBusy(f"{run_dir} is in use: another pvm-dist process is training into it (it holds "
+                            f"{RUN_LOCK}); wait for it to end, or train into another folder")
+    try:
+        yield
+    finally:
+        lock.release()
+        if made is not None and [p.name for p in run_dir.iterdir()] == [RUN_LOCK]:
+            shutil.rmtree(made)  # a run refused before it wrote anything: no empty folders
 
 
 @dataclasses.dataclass
@@ -187,18 +215,24 @@ def finished_at(run_dir: Path) -> int | None:
 
 def train(cfg: RunConfig, run_dir: Path, resume: RunState | None = None,
           on_progress: Callable[[Progress], None] | None = None) -> TrainResult:
-    """Train until ``cfg.steps`` (or a stop signal), checkpointing and tracking as configured.
+    """Train until ``cfg.steps`` (or a stop signal), checkpointing and tracking as configured, holding
+    ``run_dir`` for this process (:class:`RunFolderBusy` while another trains into it).
 
     Resumed at ``cfg.steps`` already (killed after its last checkpoint), it does only the end-of-run work
     that was missed: the final picture, the held-out score and the MLflow run's close.
     """
-    checkpoint.remove_stale_temps(run_dir / "checkpoints")  # of a process killed mid-write
+    with _held_folder(run_dir):
+        return _train(cfg, run_dir, resume, on_progress)
+
+
+def _train(cfg: RunConfig, run_dir: Path, resume: RunState | None,
+           on_progress: Callable[[Progress], None] | None) -> TrainResult:
+    checkpoint.remove_stale_temps(run_dir / "checkpoints")  # of a process killed mid-write (none runs now)
     if cfg.heldout:  # fail now, not after training, if the held-out data cannot be read
         from pvm_dist.data import make_source
 
         make_source(cfg.heldout, cfg.spec.image_shape, 1, cfg.heldout_seed, data_path=cfg.data_path)
     session = Session(cfg, resume)
-    run_dir.mkdir(parents=True, exist_ok=True)  # once the model and data are known to load: no empty folders
     kept = cfg.keep_checkpoints + (cfg.steps // cfg.keep_every if cfg.keep_every else 0)
     note = run_state.disk_note(cfg, kept, 1, str(run_dir))
     if note:  # said once the model is known to fit, before the first checkpoint

@@ -1,7 +1,9 @@
-"""Which folders a live tracker is using, across processes: a tracker holds a shared ``flock`` on the folder
-its fallback dir sits in (a run folder, a sweep trial's folder) for as long as it is open, and the OS drops
-it when the process dies. :func:`claim` takes the same lock exclusively, so ``pvm-dist sync`` touches only
-spools nobody is writing. Where ``fcntl`` is missing (Windows) every folder counts as free."""
+"""Which folders a live process is using, across processes, by ``flock`` (the OS drops a lock when its process dies).
+
+A tracker holds a shared lock on the folder its fallback dir sits in (a run folder, a sweep trial's folder) for as
+long as it is open; :func:`claim` takes the same lock exclusively, so ``pvm-dist sync`` touches only spools nobody
+is writing. A training run holds a lock file in its run folder (:func:`take`), so a second ``train`` into the same
+folder (the resume command run twice) is refused. Where ``fcntl`` is missing (Windows) every folder counts as free."""
 
 from __future__ import annotations
 
@@ -47,3 +49,19 @@ def hold(folder: Path) -> FolderLock:
 def claim(folder: Path) -> FolderLock | None:
     """Take ``folder`` for ourselves, or None while a live tracker (of any process) holds it."""
     return _lock(folder, exclusive=True)
+
+
+def take(lock_file: Path) -> FolderLock | None:
+    """Hold ``lock_file`` (created if need be; its folder must exist) for this process alone, or None while another
+    process holds it. The file stays: removing a lock file races with a process about to lock it."""
+    try:
+        import fcntl
+    except ImportError:
+        return FolderLock(None)
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return FolderLock(fd)
