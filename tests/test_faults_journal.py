@@ -87,6 +87,22 @@ def test_a_damaged_definition_is_an_error_naming_the_file(tmp_path, content, wor
         assert "sweep.json is damaged" in res.stderr and words in res.stderr
 
 
+def test_a_sweep_another_driver_runs_is_not_resumed_beside_it(tmp_path):
+    """Resumed while its driver ran, a sweep's trials were trained twice into the same checkpoints and runs."""
+    from pvm_dist.sweep.driver import DRIVER_LOCK
+    from pvm_dist.tracking.owner import take
+
+    folder = _folder(tmp_path / "sweeps")
+    held = take(folder.path / DRIVER_LOCK)  # as the running driver holds it
+    try:
+        res = run(tmp_path, "resume", "s")
+    finally:
+        held.release()
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "sweep s is being run by another driver" in res.stderr
+    assert [e["event"] for e in folder.events()] == ["sweep_started", "trial_started"]  # nothing appended
+
+
 def test_the_store_is_known_from_creation_before_any_event(tmp_path):
     """A driver killed before ``sweep_started``: the resume must log where the sweep was told to, not to
     ./mlflow.db."""

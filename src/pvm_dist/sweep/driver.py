@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -32,7 +33,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,7 @@ from pvm_dist.sweep.source import make_source
 from pvm_dist.tracking.compare import label
 from pvm_dist.tracking.images import log_image_series
 from pvm_dist.tracking.keep_once import keep_once
+from pvm_dist.tracking.owner import take
 from pvm_dist.tracking.sync import end_if_running, sync_paths
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
@@ -688,6 +690,23 @@ def _timed(name: str, work: Callable[[], Any]) -> tuple[str, float]:
 
 # ---- entry points -----------------------------------------------------------------------------------
 
+DRIVER_LOCK = ".pvm-dist.lock"  # in a sweep's folder: held by the driver running it
+
+
+@contextlib.contextmanager
+def _driving(folder: SweepFolder) -> Iterator[None]:
+    """Hold the sweep's folder while this driver runs it: a second driver of the same sweep (a resume while it
+    runs) would train its trials again beside the first, into the same checkpoints, journal and MLflow runs."""
+    lock = take(folder.path / DRIVER_LOCK)
+    if lock is None:
+        raise SweepRunError(f"sweep {folder.sweep_id} is being run by another driver (it holds {DRIVER_LOCK} in "
+                            f"{folder.path}); see pvm-dist sweep status {folder.sweep_id}")
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def run_sweep(sweep: SweepSpec, opts: DriverOptions, sweep_id: str | None = None) -> SweepOutcome:
     """Start a new sweep: connect, create its folder and journal, then run it."""
     trials = sweep.plan()
@@ -699,25 +718,26 @@ def run_sweep(sweep: SweepSpec, opts: DriverOptions, sweep_id: str | None = None
         raise SweepRunError(str(exc)) from None
     folder = SweepFolder.create(opts.root, sweep_id or new_sweep_id(sweep.name), sweep.to_dict(),
                                 [t.to_dict() for t in trials], tracking)
-    driver = Driver(folder, sweep, trials, opts, folder.state())
-    return driver.run()
+    with _driving(folder):
+        return Driver(folder, sweep, trials, opts, folder.state()).run()
 
 
 def resume_sweep(sweep_id: str, opts: DriverOptions) -> SweepOutcome:
     """Continue a sweep from its journal: finished trials stay, the rest continue from their checkpoints."""
     folder = SweepFolder.open(opts.root, sweep_id)
-    sweep = load_sweep(folder.definition()["sweep"])
-    state = folder.state()
-    failed = [t for t, s in state.trials.items() if s.status == FAILED]
-    if opts.retry_failed:
-        for trial_id in failed:
-            state.apply(folder.append("trial_retry", trial=trial_id, after=state.trials[trial_id].reason))
-    driver = Driver(folder, sweep, [Trial.from_dict(t) for t in folder.trials(state)], opts, state)
-    if not (driver.queue or driver.source.remaining()):
-        more = f"; {len(failed)} failed: rerun them with --retry-failed" if failed else ""
-        raise SweepRunError(f"sweep {sweep_id} has no unfinished trials (it ended {state.status}{more}); "
-                            f"see pvm-dist sweep status {sweep_id}")
-    for trial_dir in (folder.path / "trials").glob("*"):  # temp files of checkpoints written when it was killed
-        checkpoint.remove_stale_temps(trial_dir)
-    connect(opts.address)
-    return driver.run()
+    with _driving(folder):
+        sweep = load_sweep(folder.definition()["sweep"])
+        state = folder.state()
+        failed = [t for t, s in state.trials.items() if s.status == FAILED]
+        if opts.retry_failed:
+            for trial_id in failed:
+                state.apply(folder.append("trial_retry", trial=trial_id, after=state.trials[trial_id].reason))
+        driver = Driver(folder, sweep, [Trial.from_dict(t) for t in folder.trials(state)], opts, state)
+        if not (driver.queue or driver.source.remaining()):
+            more = f"; {len(failed)} failed: rerun them with --retry-failed" if failed else ""
+            raise SweepRunError(f"sweep {sweep_id} has no unfinished trials (it ended {state.status}{more}); "
+                                f"see pvm-dist sweep status {sweep_id}")
+        for trial_dir in (folder.path / "trials").glob("*"):  # temp files of checkpoints written when it was killed
+            checkpoint.remove_stale_temps(trial_dir)
+        connect(opts.address)
+        return driver.run()
