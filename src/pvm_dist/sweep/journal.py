@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pvm_dist.tracking.fallback import read_json_lines
+
 #: A trial's status. PENDING and RUNNING trials are the work left; the others are final.
 PENDING, RUNNING, FINISHED, STOPPED, FAILED = "PENDING", "RUNNING", "FINISHED", "STOPPED", "FAILED"
 FINAL_STATUSES = (FINISHED, STOPPED, FAILED)
@@ -258,24 +260,7 @@ class SweepFolder:
 
     def events(self) -> list[dict[str, Any]]:
         """The journal's valid events, in order; every other line skipped with a warning naming it."""
-        if not self.journal_file.exists():
-            return []
-        out = []
-        for number, raw in enumerate(self.journal_file.read_bytes().split(b"\n"), 1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw.decode("utf-8"))
-                problem = event_problem(rec)
-            except UnicodeDecodeError:
-                problem = "not UTF-8"
-            except json.JSONDecodeError:
-                problem = "not JSON (torn or damaged)"
-            if problem is None:
-                out.append(rec)
-            else:
-                log.warning("sweep journal %s line %d skipped: %s", self.journal_file, number, problem)
-        return out
+        return read_json_lines(self.journal_file, event_problem, log, "sweep journal")
 
     def state(self) -> SweepState:
         definition = self.definition()

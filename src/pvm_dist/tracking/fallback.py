@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,26 +57,35 @@ def read_fallback(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     p = Path(path)
     if p.is_dir():
         p = p / FALLBACK_FILE
-    if not p.exists():
+    return read_json_lines(p, record_problem, log, "tracking:", quiet_torn_tail=True)
+
+
+def read_json_lines(path: Path, problem_of: Callable[[Any], str | None], logger: logging.Logger, label: str,
+                    quiet_torn_tail: bool = False) -> list[dict[str, Any]]:
+    """The lines of a JSON-lines file that decode to a record ``problem_of`` accepts (returns None for), in order;
+    each other line is skipped with a warning naming the file, the line and the problem (``label`` first). With
+    ``quiet_torn_tail`` a last line that is not whole JSON (its writer died mid-line) is skipped without one.
+    A missing file has no records."""
+    if not path.exists():
         return []
     records = []
-    lines = p.read_bytes().split(b"\n")
+    lines = path.read_bytes().split(b"\n")
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
         try:
             rec = json.loads(raw.decode("utf-8"))
-            problem = record_problem(rec)
+            problem = problem_of(rec)
         except UnicodeDecodeError:
             problem = "not UTF-8"
         except json.JSONDecodeError:
-            if number == len(lines):
-                continue  # torn: the process died mid-write
-            problem = "not JSON"
+            if quiet_torn_tail and number == len(lines):
+                continue
+            problem = "not JSON (torn or damaged)"
         if problem is None:
             records.append(rec)
         else:
-            log.warning("tracking: %s line %d skipped: %s", p, number, problem)
+            logger.warning("%s %s line %d skipped: %s", label, path, number, problem)
     return records
 
 
