@@ -378,6 +378,24 @@ def test_a_run_folder_another_process_trains_into_is_refused(cli, checkpoint):
     assert code == 0, err  # free again
 
 
+def test_data_a_checkpoint_records_that_moved_is_named_as_the_checkpoints(cli, tmp_path):
+    from test_data_video import write_video
+
+    clip = write_video(tmp_path / "clip.avi")
+    code, _, err = cli("train", "--spec", "tiny", "--data", str(clip), "--steps", "10", "--no-track", "-q",
+                       "--run-dir", str(tmp_path / "run"), "--picture-every", "0", "--heldout-steps", "0")
+    assert code == 0, err
+    ck = tmp_path / "run" / "checkpoints" / "step_000000010.pvmckpt"
+    clip.rename(tmp_path / "moved.avi")
+    for command in (("train", "--resume", str(ck), "--steps", "20", "--no-track", "-q"), ("eval", str(ck))):
+        one_error(*cli(*command)[::2], "clip.avi", "the data the checkpoint records", "--data")
+    line = one_error(*cli("eval", str(ck), "--data", str(tmp_path / "gone.avi"))[::2], "gone.avi")
+    assert line.endswith("gone.avi: no such file or folder"), line  # given with --data: as it is
+    code, _, err = cli("train", "--resume", str(ck), "--steps", "20", "--no-track", "-q", "--data",
+                       str(tmp_path / "moved.avi"))
+    assert code == 0, err
+
+
 def test_resume_refuses_options_that_conflict_with_the_checkpoint(cli, checkpoint, tmp_path):
     from pvm_dist.run import state as run_state
 

@@ -280,6 +280,7 @@ def train(
     import time as _time
 
     from pvm_dist.data import DataError
+    from pvm_dist.data.errors import recorded_data_error
     from pvm_dist.model.spec import load_spec
     from pvm_dist.run import state as run_state
     from pvm_dist.run.config import RunConfig
@@ -327,6 +328,8 @@ def train(
         result = _train_with_progress(cfg, folder, state, show=not (quiet or as_json), run=run_training,
                                       log_every=log_every)
     except DataError as exc:
+        if resume is not None and data is None:
+            exc = recorded_data_error(exc, cfg.data)
         raise UserError(str(exc)) from None
     cfg = result.config
     from pvm_dist.tracking.defaults import run_page, ui_command

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pvm_dist.data import DataError
+from pvm_dist.data.errors import recorded_data_error
 from pvm_dist.model.budget import MemoryBudgetError, format_bytes, host_memory_bytes
 from pvm_dist.run import state as run_state
 from pvm_dist.run.config import RunConfig
@@ -70,7 +72,10 @@ def evaluate(path: Path, data: str | None = None, steps: int = 300, n_seq: int =
     if recorded:
         data, data_path = state.run.data, data_path or state.run.data_path
     warm = 2 * state.run.spec.n_layers if warmup is None else warmup
-    metrics, used, period = _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup)
+    try:
+        metrics, used, period = _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup)
+    except DataError as exc:
+        raise (recorded_data_error(exc, data) if recorded else exc) from None
     return {"checkpoint": str(path), "trained_steps": ck.step, "spec": state.run.spec.name, "data": data,
             "data_from": "checkpoint" if recorded else "--data", "trained_on": state.run.data,
             "steps": steps, "warmup": warm, "n_seq": n_seq, "period": period,
