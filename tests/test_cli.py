@@ -72,6 +72,29 @@ def test_doctor_reports_versions():
     assert {"ray", "mlflow", "gpus_seen"} <= js.keys()
 
 
+@pytest.mark.slow
+def test_a_local_ray_is_started_even_where_ray_recorded_a_cluster_that_died():
+    """Without --address pvm-dist starts a local Ray. A plain ray.init() joins the last `ray start` cluster recorded in
+    Ray's temp folder instead, and failed where that cluster had died (a `ray start` killed without `ray stop`)."""
+    import os
+    import shutil
+    import tempfile
+
+    temp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths must fit
+    try:
+        os.makedirs(os.path.join(temp, "ray"))
+        with open(os.path.join(temp, "ray", "ray_current_cluster"), "w") as f:
+            f.write("127.0.0.1:1")  # nothing listens there
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        out = subprocess.run([*CLI, "doctor", "--json"], capture_output=True, text=True, timeout=180,
+                             env={**env, "RAY_TMPDIR": temp, "RAY_USAGE_STATS_ENABLED": "0"})
+        assert out.returncode == 0, out.stderr
+        worker = json.loads(out.stdout)["ray_worker"]
+        assert "error" not in worker and worker["backend"] in ("native", "reference"), worker
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def test_doctor_names_the_distribution_that_provides_a_package(monkeypatch):
     """CuPy built for CUDA 13 or mlflow-skinny count as installed, and say which distribution it is."""
     import importlib.metadata

@@ -367,9 +367,10 @@ def connect(address: str | None) -> None:
     attempts = CLIENT_CONNECT_ATTEMPTS if address and address.startswith("ray://") else 1
     for attempt in range(1, attempts + 1):
         try:
-            if address is None:
-                with _loopback_node():
-                    ray.init(include_dashboard=False, dashboard_host=LOCAL_HOST, _node_ip_address=LOCAL_HOST, **kwargs)
+            if address is None:  # "local": a new instance, not the last `ray start` cluster Ray finds on this machine
+                with _loopback_node():  # (which a plain ray.init() joins, or fails on where it has since died)
+                    ray.init(address="local", include_dashboard=False, dashboard_host=LOCAL_HOST,
+                             _node_ip_address=LOCAL_HOST, **kwargs)
             else:
                 ray.init(address=address, **kwargs)
             return
