@@ -134,14 +134,24 @@ def test_a_diverging_run_stops_with_one_line(env, tmp_path):
     assert mlrun.info.status == "FAILED"
 
 
-def test_sigint_saves_checkpoint_closes_run_killed_and_prints_resume(env, tmp_path):
+def _started_train(env, tmp_path, ignore_hangup: bool = False) -> subprocess.Popen:
+    """A long train, once it has logged its first metrics (``ignore_hangup``: started as under ``nohup``)."""
     proc = subprocess.Popen([*CLI, "train", "--steps", "1000000", "--run-dir", str(tmp_path), "-q", *FAST],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if ignore_hangup else None)
     deadline = time.time() + 120
     while not (tmp_path / "metrics.jsonl").exists() or not (tmp_path / "metrics.jsonl").read_text():
         assert time.time() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    return proc
+
+
+# SIGHUP: the terminal or SSH session closed. It ended the process where it stood, losing the steps since the
+# last checkpoint and leaving the MLflow run RUNNING.
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_sigint_saves_checkpoint_closes_run_killed_and_prints_resume(env, tmp_path, sig):
+    proc = _started_train(env, tmp_path)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "resume with: pvm-dist train --resume" in err and "Traceback" not in err
@@ -151,6 +161,37 @@ def test_sigint_saves_checkpoint_closes_run_killed_and_prints_resume(env, tmp_pa
     assert 10 <= ck.step < 1_000_000 and ck.state["step"] == ck.step
     (mlrun,) = runs_of(env["PVM_MLFLOW_URI"])
     assert mlrun.info.status == "KILLED" and ck.meta["run_id"] == mlrun.info.run_id
+
+
+def test_a_run_whose_terminal_closes_saves_where_it_stood(env, tmp_path):
+    """In a terminal (a pseudo-terminal here), then the terminal goes away: the run's state at that step is kept
+    (it was lost back to the last checkpoint; here none was due before the end)."""
+    pty = pytest.importorskip("pty")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the run, in the terminal
+        os.execve(CLI[0], [*CLI, "train", "--steps", "1000000", "--run-dir", str(tmp_path / "r"), "--no-track",
+                           "--checkpoint-every", "0", *FAST], env)
+    import select
+
+    deadline = time.time() + 120
+    while not (tmp_path / "r" / "metrics.jsonl").exists() or not (tmp_path / "r" / "metrics.jsonl").read_text():
+        assert time.time() < deadline
+        if select.select([fd], [], [], 0.2)[0]:
+            os.read(fd, 65536)  # what the terminal shows (read, or the run would wait on a full terminal)
+    os.close(fd)  # the terminal closes: the kernel hangs up its session
+    os.waitpid(pid, 0)
+    saved = sorted((tmp_path / "r" / "checkpoints").glob("*.pvmckpt"))
+    assert len(saved) == 1 and 10 <= checkpoint.load(saved[0]).step < 1_000_000
+
+
+def test_an_ignored_hangup_is_left_ignored(env, tmp_path):
+    """Under nohup the run goes on when its terminal closes."""
+    proc = _started_train(env, tmp_path, ignore_hangup=True)
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(3)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
 
 
 def test_train_against_a_real_tracking_server(env, tmp_path):
