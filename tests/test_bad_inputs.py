@@ -396,6 +396,20 @@ def test_data_a_checkpoint_records_that_moved_is_named_as_the_checkpoints(cli, t
     assert code == 0, err
 
 
+def test_a_file_system_without_flock_does_not_make_every_run_busy(tmp_path, monkeypatch):
+    """Some network mounts answer flock with ENOLCK: that is no lock to hold, not a folder in use."""
+    import errno
+    import fcntl
+
+    from pvm_dist.tracking.owner import take
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert take(tmp_path / "lock") is not None
+
+
 def test_resume_refuses_options_that_conflict_with_the_checkpoint(cli, checkpoint, tmp_path):
     from pvm_dist.run import state as run_state
 

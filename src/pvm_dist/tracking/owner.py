@@ -7,6 +7,7 @@ folder (the resume command run twice) is refused. Where ``fcntl`` is missing (Wi
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -61,7 +62,9 @@ def take(lock_file: Path) -> FolderLock | None:
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as exc:
         os.close(fd)
-        return None
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None  # held
+        return FolderLock(None)  # a file system without flock (some network mounts): nothing to hold it with
     return FolderLock(fd)
