@@ -2,8 +2,9 @@
 
 A tracker holds a shared lock on the folder its fallback dir sits in (a run folder, a sweep trial's folder) for as
 long as it is open; :func:`claim` takes the same lock exclusively, so ``pvm-dist sync`` touches only spools nobody
-is writing. A training run holds a lock file in its run folder (:func:`take`), so a second ``train`` into the same
-folder (the resume command run twice) is refused. Where ``fcntl`` is missing (Windows) every folder counts as free."""
+is writing. A training run holds a lock file in its run folder, and a sweep driver one in its sweep's folder
+(:func:`take`), so a second ``train`` into the same folder or a second driver of the same sweep (the resume command
+run twice) is refused. Where ``fcntl`` is missing (Windows) every folder counts as free."""
 
 from __future__ import annotations
 
