@@ -134,23 +134,42 @@ def test_a_diverging_run_stops_with_one_line(env, tmp_path):
     assert mlrun.info.status == "FAILED"
 
 
-def _started_train(env, tmp_path, ignore_hangup: bool = False) -> subprocess.Popen:
-    """A long train, once it has logged its first metrics (``ignore_hangup``: started as under ``nohup``)."""
-    proc = subprocess.Popen([*CLI, "train", "--steps", "1000000", "--run-dir", str(tmp_path), "-q", *FAST],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if ignore_hangup else None)
-    deadline = time.time() + 120
-    while not (tmp_path / "metrics.jsonl").exists() or not (tmp_path / "metrics.jsonl").read_text():
-        assert time.time() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
-        time.sleep(0.1)
-    return proc
+def _hangup(disposition: signal.Handlers) -> None:
+    """In a child before exec: SIGHUP as a terminal session (SIG_DFL) or ``nohup`` (SIG_IGN) gives it, whatever this
+    test process inherited (a CI job under nohup ignores it)."""
+    signal.signal(signal.SIGHUP, disposition)
+
+
+@pytest.fixture
+def started_train(env, tmp_path):
+    """``started_train(ignore_hangup=False)``: a long train, once it has logged its first metrics (``ignore_hangup``:
+    started as under ``nohup``); killed at the test's end if a failing test left it running."""
+    procs: list[subprocess.Popen] = []
+
+    def start(ignore_hangup: bool = False) -> subprocess.Popen:
+        disposition = signal.SIG_IGN if ignore_hangup else signal.SIG_DFL
+        proc = subprocess.Popen([*CLI, "train", "--steps", "1000000", "--run-dir", str(tmp_path), "-q", *FAST],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                preexec_fn=lambda: _hangup(disposition))
+        procs.append(proc)
+        deadline = time.time() + 120
+        while not (tmp_path / "metrics.jsonl").exists() or not (tmp_path / "metrics.jsonl").read_text():
+            assert time.time() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
+            time.sleep(0.1)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 # SIGHUP: the terminal or SSH session closed. It ended the process where it stood, losing the steps since the
 # last checkpoint and leaving the MLflow run RUNNING.
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
-def test_sigint_saves_checkpoint_closes_run_killed_and_prints_resume(env, tmp_path, sig):
-    proc = _started_train(env, tmp_path)
+def test_sigint_saves_checkpoint_closes_run_killed_and_prints_resume(env, tmp_path, started_train, sig):
+    proc = started_train()
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -169,24 +188,34 @@ def test_a_run_whose_terminal_closes_saves_where_it_stood(env, tmp_path):
     pty = pytest.importorskip("pty")
     pid, fd = pty.fork()
     if pid == 0:  # the child: the run, in the terminal
+        _hangup(signal.SIG_DFL)
         os.execve(CLI[0], [*CLI, "train", "--steps", "1000000", "--run-dir", str(tmp_path / "r"), "--no-track",
                            "--checkpoint-every", "0", *FAST], env)
     import select
 
-    deadline = time.time() + 120
-    while not (tmp_path / "r" / "metrics.jsonl").exists() or not (tmp_path / "r" / "metrics.jsonl").read_text():
-        assert time.time() < deadline
-        if select.select([fd], [], [], 0.2)[0]:
-            os.read(fd, 65536)  # what the terminal shows (read, or the run would wait on a full terminal)
-    os.close(fd)  # the terminal closes: the kernel hangs up its session
-    os.waitpid(pid, 0)
+    try:
+        deadline = time.time() + 120
+        while not (tmp_path / "r" / "metrics.jsonl").exists() or not (tmp_path / "r" / "metrics.jsonl").read_text():
+            assert time.time() < deadline
+            if select.select([fd], [], [], 0.2)[0]:
+                os.read(fd, 65536)  # what the terminal shows (read, or the run would wait on a full terminal)
+        os.close(fd)  # the terminal closes: the kernel hangs up its session
+        deadline = time.time() + 120
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            assert time.time() < deadline, "the run went on after its terminal closed"
+            time.sleep(0.1)
+        pid = 0
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     saved = sorted((tmp_path / "r" / "checkpoints").glob("*.pvmckpt"))
     assert len(saved) == 1 and 10 <= checkpoint.load(saved[0]).step < 1_000_000
 
 
-def test_an_ignored_hangup_is_left_ignored(env, tmp_path):
+def test_an_ignored_hangup_is_left_ignored(started_train):
     """Under nohup the run goes on when its terminal closes."""
-    proc = _started_train(env, tmp_path, ignore_hangup=True)
+    proc = started_train(ignore_hangup=True)
     proc.send_signal(signal.SIGHUP)
     time.sleep(3)
     assert proc.poll() is None
