@@ -362,12 +362,11 @@ def test_sync_skips_the_damaged_lines_of_a_spool(cli, tmp_path):
 def test_a_run_folder_another_process_trains_into_is_refused(cli, checkpoint):
     """The resume command run twice (two terminals): both trained into one folder, their checkpoints and metrics
     interleaved, and both logged to one MLflow run."""
-    from pvm_dist.run.train import RUN_LOCK
-    from pvm_dist.tracking.owner import take
+    from pvm_dist.tracking.owner import LOCK_FILE, take
 
     folder = checkpoint.parent.parent
     before = sorted(p.name for p in (folder / "checkpoints").iterdir())
-    held = take(folder / RUN_LOCK)  # flock: a second descriptor conflicts as another process's would
+    held = take(folder / LOCK_FILE)  # flock: a second descriptor conflicts as another process's would
     try:
         line = one_error(*cli("train", "--resume", str(checkpoint), "--steps", "20", "--no-track", "-q")[::2],
                          str(folder), "another pvm-dist process is training into it")

@@ -89,11 +89,10 @@ def test_a_damaged_definition_is_an_error_naming_the_file(tmp_path, content, wor
 
 def test_a_sweep_another_driver_runs_is_not_resumed_beside_it(tmp_path):
     """Resumed while its driver ran, a sweep's trials were trained twice into the same checkpoints and runs."""
-    from pvm_dist.sweep.driver import DRIVER_LOCK
-    from pvm_dist.tracking.owner import take
+    from pvm_dist.tracking.owner import LOCK_FILE, take
 
     folder = _folder(tmp_path / "sweeps")
-    held = take(folder.path / DRIVER_LOCK)  # as the running driver holds it
+    held = take(folder.path / LOCK_FILE)  # as the running driver holds it
     try:
         res = run(tmp_path, "resume", "s")
     finally:

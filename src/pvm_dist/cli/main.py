@@ -317,9 +317,9 @@ def train(
         cfg = _configured(base, given)
         folder = run_dir or _new_folder(Path("runs") / f"{_folder_name(s.name)}-{_time.strftime('%Y%m%d-%H%M%S')}")
     _check_run_dir(folder, new_run=resume is None)
-    if cfg.track and not cfg.experiment.strip():
-        raise UserError("--experiment: an MLflow experiment needs a name (got an empty one)")
     if cfg.track:
+        if not cfg.experiment.strip():
+            raise UserError("--experiment: an MLflow experiment needs a name (got an empty one)")
         from pvm_dist.tracking.reach import check_store
         from pvm_dist.tracking.tracker import default_tracking_uri
 

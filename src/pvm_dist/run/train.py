@@ -28,7 +28,7 @@ from pvm_dist.run.signals import stop_on_signals
 from pvm_dist.run.state import RunState
 from pvm_dist.tracking.images import log_image_series
 from pvm_dist.tracking.keep_once import keep_once
-from pvm_dist.tracking.owner import take
+from pvm_dist.tracking.owner import LOCK_FILE, holding
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
 CHECKPOINT_SUFFIX = ".pvmckpt"
@@ -44,24 +44,19 @@ class RunFolderBusy(RuntimeError):
     """Another process trains into the run folder (a user error: the resume command run twice, say)."""
 
 
-RUN_LOCK = ".pvm-dist.lock"  # in a run folder: held by the process training into it
-
-
 @contextlib.contextmanager
 def _held_folder(run_dir: Path) -> Iterator[None]:
     """``run_dir`` created if need be and held by this process for the run (:class:`RunFolderBusy` if another holds
     it); removed again, with the folders above it that this made, if the run left nothing in it."""
     made = next((p for p in [*reversed(run_dir.parents), run_dir] if not p.exists()), None)
     run_dir.mkdir(parents=True, exist_ok=True)
-    lock = take(run_dir / RUN_LOCK)
-    if lock is None:
-        raise RunFolderBusy(f"{run_dir} is in use: another pvm-dist process is training into it (it holds "
-                            f"{RUN_LOCK}); wait for it to end, or train into another folder")
+    busy = RunFolderBusy(f"{run_dir} is in use: another pvm-dist process is training into it (it holds "
+                         f"{LOCK_FILE}); wait for it to end, or train into another folder")
     try:
-        yield
+        with holding(run_dir, busy):
+            yield
     finally:
-        lock.release()
-        if made is not None and [p.name for p in run_dir.iterdir()] == [RUN_LOCK]:
+        if made is not None and [p.name for p in run_dir.iterdir()] == [LOCK_FILE]:
             shutil.rmtree(made)  # a run refused before it wrote anything: no empty folders
 
 

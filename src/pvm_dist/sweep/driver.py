@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,7 @@ from pvm_dist.sweep.source import make_source
 from pvm_dist.tracking.compare import label
 from pvm_dist.tracking.images import log_image_series
 from pvm_dist.tracking.keep_once import keep_once
-from pvm_dist.tracking.owner import take
+from pvm_dist.tracking.owner import LOCK_FILE, holding
 from pvm_dist.tracking.sync import end_if_running, sync_paths
 from pvm_dist.tracking.tracker import Tracker, default_tracking_uri, run_tags
 
@@ -690,21 +690,12 @@ def _timed(name: str, work: Callable[[], Any]) -> tuple[str, float]:
 
 # ---- entry points -----------------------------------------------------------------------------------
 
-DRIVER_LOCK = ".pvm-dist.lock"  # in a sweep's folder: held by the driver running it
-
-
-@contextlib.contextmanager
-def _driving(folder: SweepFolder) -> Iterator[None]:
+def _driving(folder: SweepFolder) -> contextlib.AbstractContextManager[None]:
     """Hold the sweep's folder while this driver runs it: a second driver of the same sweep (a resume while it
     runs) would train its trials again beside the first, into the same checkpoints, journal and MLflow runs."""
-    lock = take(folder.path / DRIVER_LOCK)
-    if lock is None:
-        raise SweepRunError(f"sweep {folder.sweep_id} is being run by another driver (it holds {DRIVER_LOCK} in "
-                            f"{folder.path}); see pvm-dist sweep status {folder.sweep_id}")
-    try:
-        yield
-    finally:
-        lock.release()
+    busy = SweepRunError(f"sweep {folder.sweep_id} is being run by another driver (it holds {LOCK_FILE} in "
+                         f"{folder.path}); see pvm-dist sweep status {folder.sweep_id}")
+    return holding(folder.path, busy)
 
 
 def run_sweep(sweep: SweepSpec, opts: DriverOptions, sweep_id: str | None = None) -> SweepOutcome:

@@ -8,9 +8,13 @@ run twice) is refused. Where ``fcntl`` is missing (Windows) every folder counts 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
+
+LOCK_FILE = ".pvm-dist.lock"  # in a run's or a sweep's folder: held by the process training into it or driving it
 
 
 class FolderLock:
@@ -69,3 +73,15 @@ def take(lock_file: Path) -> FolderLock | None:
             return None  # held
         return FolderLock(None)  # a file system without flock (some network mounts): nothing to hold it with
     return FolderLock(fd)
+
+
+@contextlib.contextmanager
+def holding(folder: Path, busy: Exception) -> Iterator[None]:
+    """Hold ``folder``'s :data:`LOCK_FILE` (:func:`take`) for the block; raise ``busy`` if another process holds it."""
+    lock = take(folder / LOCK_FILE)
+    if lock is None:
+        raise busy
+    try:
+        yield
+    finally:
+        lock.release()
