@@ -103,6 +103,13 @@ TRAIN_VALUES = [  # defects 7, 8, 11: values no run can use
     case("data bad zip", (*T, "--data", "{d}/d.zip"), "d.zip", files={"d.zip": b"PK\x03\x04 broken"}),
     case("data set without path", (*T, "--data", "green_ball_training"), "green_ball_training"),
     case("n-seq too big", (*T, "--spec", "small", "--n-seq", "100000000"), "needs", "this machine has"),
+    # counts past 2^53 (not exact as floats in MLflow and JSON; a train of them would never end)
+    *(case(f"train {opt} 1e20", (*T, opt, str(10**20)), name, "2^53") for opt, name in (
+        ("--steps", "steps"), ("--checkpoint-every", "checkpoint_every"), ("--metrics-every", "metrics_every"),
+        ("--readout-from", "readout_from"), ("--heldout-steps", "heldout_steps"))),
+    case("eval --steps 1e20", ("eval", "ck.pvmckpt", "--steps", str(10**20)), "--steps", "9007199254740992"),
+    case("bench --steps 1e20", ("bench", "--steps", str(10**20)), "--steps", "9007199254740992"),
+    case("bench --warmup 1e20", ("bench", "--warmup", str(10**20)), "--warmup", "9007199254740992"),
     # bench checks every configuration before it times the first (the first one timed would print its progress)
     case("bench second n-seq too big", ("bench", "--spec", "tiny", "--n-seq", "1,100000000000", "--steps", "1"),
          "n_seq=100000000000", "needs"),
@@ -178,6 +185,7 @@ SWEEPS = [  # defects 1, 11: sweep files, checked by a dry run (which starts no 
         ("steps -1", "spec: tiny\nsteps: -1\n", ("steps",)),
         ("steps text", "spec: tiny\nsteps: many\n", ("steps",)),
         ("steps 1e30", "spec: tiny\nsteps: 1e30\n", ("steps",)),
+        ("steps 1e20 integer", "spec: tiny\nsteps: 100000000000000000000\n", ("steps", "2^53")),
         ("no spec", "steps: 10\n", ("spec",)),
         ("spec missing", "spec: no_such_model\nsteps: 10\n", ("no_such_model",)),
         ("metric layer99", SWEEP_OK + "metric: layer99_mse_two_step\n", ("names layer 99",)),

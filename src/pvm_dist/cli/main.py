@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from pvm_dist._version import __version__
+from pvm_dist.run.config import MAX_STEPS
 
 app = typer.Typer(
     name="pvm-dist",
@@ -472,8 +473,8 @@ def bench(
     n_seqs: Annotated[list[str], typer.Option("--n-seq", help="Batch sizes; repeat or comma-separate, e.g. 1,4,16.")] = ["1"],  # noqa: B006
     backend: Annotated[str, typer.Option("--backend", help="auto, reference or native.")] = "auto",
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda or cuda:N (default: a GPU if visible).")] = None,
-    steps: Annotated[int, typer.Option("--steps", help="Timed steps per configuration.", min=1)] = 200,
-    warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.", min=0)] = 20,
+    steps: Annotated[int, typer.Option("--steps", help="Timed steps per configuration.", min=1, max=MAX_STEPS)] = 200,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.", min=0, max=MAX_STEPS)] = 20,
     frames: Annotated[str, typer.Option("--frames", help="host: frames uploaded every step; device: a dataset held on the GPU (native engine).")] = "host",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of results.")] = False,
     overrides: Annotated[list[str], typer.Option("-O", help="Spec override key=value (repeatable), e.g. -O precision=tf32.")] = [],  # noqa: B006
@@ -717,7 +718,7 @@ def evaluate_checkpoint(
     checkpoint_file: Annotated[Path, typer.Argument(help="A .pvmckpt written by pvm-dist train.")],
     data: Annotated[str | None, typer.Option("--data", "-d", help="Frames to score on (same forms as train --data). [default: the data the checkpoint records]")] = None,
     data_path: Annotated[str | None, typer.Option("--data-path", help="Folder holding the original PVM data zips.")] = None,
-    steps: Annotated[int, typer.Option("--steps", "-n", help="Frames per sequence to evaluate.", min=3)] = 300,
+    steps: Annotated[int, typer.Option("--steps", "-n", help="Frames per sequence to evaluate.", min=3, max=MAX_STEPS)] = 300,
     n_seq: Annotated[int, typer.Option("--n-seq", help="Sequences evaluated together.", min=1)] = 1,
     backend: Annotated[str, typer.Option("--backend", help="auto, reference or native.")] = "auto",
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda or cuda:N.")] = None,

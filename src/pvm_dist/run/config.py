@@ -14,6 +14,11 @@ from typing import Any
 
 from pvm_dist.model.spec import FLOAT32_MAX, Spec, load_spec
 
+#: The most steps a run, an eval or a bench may ask for: every integer below it is exact as a float (MLflow's
+#: params and metrics, JSON readers) and as the engines' int64 step counter. (2^53 steps would take 14,000 years at
+#: 20,000 steps/s: a larger count is a typo, and a train of it would never end.)
+MAX_STEPS = 2**53
+
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
@@ -51,6 +56,9 @@ class RunConfig:
                     (("steps", 1), ("n_seq", 1), ("metrics_every", 1), ("picture_every", 0), ("animation_frames", 0),
                      ("checkpoint_every", 0), ("keep_checkpoints", 1), ("keep_every", 0), ("readout_from", 0),
                      ("heldout_steps", 0)) if getattr(self, name) < low]
+        problems += [f"{name} must be <= {MAX_STEPS:,} (2^53), got {getattr(self, name):,}" for name in
+                     ("steps", "metrics_every", "picture_every", "animation_frames", "checkpoint_every", "keep_every",
+                      "readout_from", "heldout_steps") if getattr(self, name) > MAX_STEPS]
         if self.readout_lr is not None and not 0 <= self.readout_lr <= FLOAT32_MAX:
             problems.append(f"readout_lr must be a number from 0 to {FLOAT32_MAX:.4g} (float32), got {self.readout_lr}")
         if problems:
