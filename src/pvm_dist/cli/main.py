@@ -726,14 +726,18 @@ def evaluate_checkpoint(
     log: Annotated[bool, typer.Option("--log", help="Also log the results to the checkpoint's MLflow run (as eval_*).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Prediction error vs the copy-last-frame baseline (and readout IoU) of a checkpoint on held-out data."""
+    """Prediction error vs the copy-last-frame baseline (and readout IoU) of a checkpoint on held-out data.
+
+    A long eval prints a progress line (step, speed, ETA) on stderr every 10 s; stdout holds only the report.
+    """
+    from pvm_dist.cli.progress import EvalLines
     from pvm_dist.data import DataError
     from pvm_dist.run.evaluate import evaluate
 
     _check_backend(backend)
     try:
         result = evaluate(checkpoint_file, data, steps=steps, n_seq=n_seq, data_path=data_path, backend=backend,
-                          device=device, seed=seed)
+                          device=device, seed=seed, progress=EvalLines())
     except DataError as exc:
         raise UserError(str(exc)) from None
     if log:

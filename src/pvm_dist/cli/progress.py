@@ -1,8 +1,10 @@
-"""How ``train`` shows its progress: a live bar on a terminal, plain log lines everywhere else.
+"""How ``train`` and ``eval`` show their progress.
 
-Under nohup, Slurm or a CI job log a live bar prints nothing until the end, so off a terminal the
-progress is a plain line (step, speed, error against both baselines, ETA) at most every ``every``
-seconds, flushed at once, and one at the last step.
+``train``: a live bar on a terminal, plain log lines everywhere else. Under nohup, Slurm or a CI job log
+a live bar prints nothing until the end, so off a terminal the progress is a plain line (step, speed,
+error against both baselines, ETA) at most every ``every`` seconds, flushed at once, and one at the last
+step. ``eval``: plain lines on stderr (stdout keeps its report or ``--json``), only once it has run
+``every`` seconds: a short eval prints none.
 """
 
 from __future__ import annotations
@@ -56,6 +58,29 @@ class LogLines:
             eta = "–"
         print(f"{self.name} step {p.step:,}/{p.steps:,} ({100 * p.step / p.steps:.0f}%)  {p.steps_per_s:,.0f} steps/s  "
               f"{p.frames_per_s:,.0f} frames/s  err {error_text(p)}  ETA {eta}", file=self.stream, flush=True)
+
+
+class EvalLines:
+    """``eval``'s progress, called with (steps run, steps in all): a line on ``stream`` (default stderr) at most
+    every ``every`` seconds, timed from the first call (the engine's start-up is not in the rate or the ETA)."""
+
+    def __init__(self, every: float | None = None, stream: TextIO | None = None) -> None:
+        self.every, self.stream = LOG_EVERY_S if every is None else every, stream or sys.stderr
+        self._origin: tuple[float, int] | None = None
+        self._last_line = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self._origin is None:
+            self._origin, self._last_line = (now, done), now
+            return
+        t0, d0 = self._origin
+        if now - self._last_line < self.every or done >= total or done <= d0:
+            return
+        self._last_line = now
+        rate = (done - d0) / (now - t0)
+        print(f"eval step {done:,}/{total:,} ({100 * done / total:.0f}%)  {rate:,.0f} steps/s  "
+              f"ETA {_clock((total - done) / rate)}", file=self.stream, flush=True)
 
 
 @contextmanager

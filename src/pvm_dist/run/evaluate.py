@@ -8,6 +8,7 @@ against the copy-last-frame baseline on the same frames and scoring a stored rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,30 +21,53 @@ from pvm_dist.run.session import Session
 from pvm_dist.run.state import RunState
 
 HELDOUT_SEQUENCES = 8  # at most this many sequences score a run's final model
+# A long eval runs in blocks of about this many weight-frames (weights x sequences x steps: on the order of a second
+# of a GPU's or a CPU core's work), at most EVAL_BLOCK_STEPS steps, and reports its progress after each. The blocks
+# follow from the model and n_seq only, not from timing, so two evals of one checkpoint add their error sums in the
+# same blocks and print the same numbers.
+EVAL_BLOCK_WORK = 2 * 10**9
+EVAL_BLOCK_STEPS = 10_000
+
+#: ``progress(done, total)``: steps run so far of an eval's ``total`` (its warm-up included).
+Progress = Callable[[int, int], None]
 
 
 def evaluate_state(state: RunState, data: str, steps: int = 300, n_seq: int = 1, data_path: str | None = None,
                    backend: str = "auto", device: str | None = None, seed: int = 1,
-                   warmup: int | None = None) -> dict[str, float]:
+                   warmup: int | None = None, progress: Progress | None = None) -> dict[str, float]:
     """Run ``steps`` frozen steps of ``state``'s model on ``data``; return named metrics.
 
     The first ``warmup`` steps (default 2·L: fresh rings start all ones and layer ℓ sees the frame ℓ
-    steps late) run but are not scored.
+    steps late) run but are not scored. ``progress`` is told the steps run after each block.
     """
-    return _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup)[0]
+    return _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup, progress)[0]
+
+
+def eval_block(n_weights: int, n_seq: int) -> int:
+    """Steps an eval runs between progress reports (see EVAL_BLOCK_WORK)."""
+    return max(1, min(EVAL_BLOCK_STEPS, EVAL_BLOCK_WORK // max(1, n_weights * n_seq)))
 
 
 def _frozen_run(state: RunState, data: str, steps: int, n_seq: int, data_path: str | None, backend: str,
-                device: str | None, seed: int, warmup: int | None) -> tuple[dict[str, float], str, int | None]:
+                device: str | None, seed: int, warmup: int | None,
+                progress: Progress | None = None) -> tuple[dict[str, float], str, int | None]:
     """:func:`evaluate_state`'s metrics, the backend that computed them and the data's period (None: no repeat)."""
     config = state.run.replace(data=data, data_path=data_path, n_seq=n_seq, backend=backend, device=device, seed=seed)
     session = Session(config, state, learn=False)
     warmup = 2 * config.spec.n_layers if warmup is None else warmup
     if session.readout is not None:
         _check_score_masks(config, max(warmup, steps))
-    session.advance(warmup)
+    block, total, start = eval_block(session.engine.topo.n_weights, n_seq), warmup + steps, session.step
+
+    def run(n: int) -> None:
+        for first in range(0, n, block):
+            session.advance(min(block, n - first))
+            if progress is not None:
+                progress(session.step - start, total)
+
+    run(warmup)
     session.take_metrics(), session.take_scores()  # the transient is not scored
-    session.advance(steps)
+    run(steps)
     metrics = {k: v for k, v in session.take_metrics().items() if k not in ("steps_per_s", "frames_per_s")}
     return {**metrics, **session.take_scores()}, session.engine.backend, session.source.period
 
@@ -60,12 +84,14 @@ def _check_score_masks(config: RunConfig, steps: int) -> None:
 
 
 def evaluate(path: Path, data: str | None = None, steps: int = 300, n_seq: int = 1, data_path: str | None = None,
-             backend: str = "auto", device: str | None = None, seed: int = 1, warmup: int | None = None) -> dict[str, Any]:
+             backend: str = "auto", device: str | None = None, seed: int = 1, warmup: int | None = None,
+             progress: Progress | None = None) -> dict[str, Any]:
     """:func:`evaluate_state` of a checkpoint file, with what the report says about it.
 
     Without ``data`` the model is scored on the data its checkpoint records (synthetic data: scenes of
     ``seed``, which training did not see unless it is the training seed). ``wraps`` says how many times
     each stream went round a repeating source's frames (0: every scored frame was new to the score).
+    ``progress``: as :func:`evaluate_state`'s.
     """
     state, ck = run_state.load(path)
     recorded = data is None
@@ -73,7 +99,7 @@ def evaluate(path: Path, data: str | None = None, steps: int = 300, n_seq: int =
         data, data_path = state.run.data, data_path or state.run.data_path
     warm = 2 * state.run.spec.n_layers if warmup is None else warmup
     try:
-        metrics, used, period = _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup)
+        metrics, used, period = _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup, progress)
     except DataError as exc:
         raise (recorded_data_error(exc, data) if recorded else exc) from None
     return {"checkpoint": str(path), "trained_steps": ck.step, "spec": state.run.spec.name, "data": data,
