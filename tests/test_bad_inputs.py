@@ -400,12 +400,29 @@ def test_a_file_system_without_flock_does_not_make_every_run_busy(tmp_path, monk
     import errno
     import fcntl
 
-    from pvm_dist.tracking.owner import take
+    from pvm_dist.tracking.owner import claim, hold, take
 
     def no_locks(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert take(tmp_path / "lock") is not None
+    # nor every spool busy to `pvm-dist sync` (claim), nor a tracker's hold an error
+    assert claim(tmp_path / "spool") is not None and hold(tmp_path / "spool") is not None
+
+
+def test_folder_locks_tell_held_from_free(tmp_path):
+    from pvm_dist.tracking.owner import claim, hold, take
+
+    tracker = hold(tmp_path / "spool")
+    assert claim(tmp_path / "spool") is None  # a live tracker's spool is not synced
+    tracker.release()
+    mine = claim(tmp_path / "spool")
+    assert mine is not None
+    mine.release()
+    run = take(tmp_path / "lock")
+    assert run is not None and take(tmp_path / "lock") is None  # (a second descriptor: as another process)
+    run.release()
     assert take(tmp_path / "lock") is not None
 
 

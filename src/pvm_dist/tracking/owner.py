@@ -29,9 +29,30 @@ class FolderLock:
             self._fd = None
 
 
+def _try_flock(fd: int, exclusive: bool) -> bool | None:
+    """Lock ``fd`` without waiting: True, False while another process holds it, or None where the file system has no
+    flock (some network mounts answer ENOLCK): there is nothing to hold, which is not a folder in use."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except OSError as exc:
+        return False if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) else None
+    return True
+
+
+def _locked(fd: int, exclusive: bool) -> FolderLock | None:
+    """A FolderLock on ``fd`` (closed unless it holds the lock), or None while another process holds it."""
+    got = _try_flock(fd, exclusive)
+    if got:
+        return FolderLock(fd)
+    os.close(fd)
+    return None if got is False else FolderLock(None)
+
+
 def _lock(folder: Path, exclusive: bool) -> FolderLock | None:
     try:
-        import fcntl
+        import fcntl  # noqa: F401  (Windows has none: every folder counts as free)
     except ImportError:
         return FolderLock(None)
     try:
@@ -39,12 +60,7 @@ def _lock(folder: Path, exclusive: bool) -> FolderLock | None:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
         return FolderLock(None)
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return FolderLock(fd)
+    return _locked(fd, exclusive)
 
 
 def hold(folder: Path) -> FolderLock:
@@ -61,18 +77,10 @@ def take(lock_file: Path) -> FolderLock | None:
     """Hold ``lock_file`` (created if need be; its folder must exist) for this process alone, or None while another
     process holds it. The file stays: removing a lock file races with a process about to lock it."""
     try:
-        import fcntl
+        import fcntl  # noqa: F401
     except ImportError:
         return FolderLock(None)
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None  # held
-        return FolderLock(None)  # a file system without flock (some network mounts): nothing to hold it with
-    return FolderLock(fd)
+    return _locked(os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644), exclusive=True)
 
 
 @contextlib.contextmanager
