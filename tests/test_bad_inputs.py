@@ -393,6 +393,7 @@ def test_data_a_checkpoint_records_that_moved_is_named_as_the_checkpoints(cli, t
     code, _, err = cli("train", "--resume", str(ck), "--steps", "20", "--no-track", "-q", "--data",
                        str(tmp_path / "moved.avi"))
     assert code == 0, err
+    assert f"note: resuming at step 10 on {tmp_path / 'moved.avi'}, not on {tmp_path / 'clip.avi'}" in err  # said
 
 
 def test_a_file_system_without_flock_does_not_make_every_run_busy(tmp_path, monkeypatch):

@@ -303,6 +303,10 @@ def train(
             raise UserError("-O cannot change the spec of a resumed run")
         _check_resume(state.run, given, spec)
         cfg = _configured(state.run, given)
+        if (cfg.data, cfg.data_path) != (state.run.data, state.run.data_path):  # honoured, and said
+            typer.echo(f"pvm-dist: note: resuming at step {ck.step:,} on {cfg.data}, not on {state.run.data} as "
+                       f"trained so far; its checkpoints record the new data" + (" and its MLflow run lists both as "
+                       "inputs" if cfg.track and cfg.run_id else ""), err=True)
         folder = run_dir or Path(resume).resolve().parent.parent
         if ck.step > cfg.steps or (ck.step == cfg.steps and finished_at(folder) == ck.step):
             raise UserError(f"{resume} is already at step {ck.step:,}; ask for more with --steps")
