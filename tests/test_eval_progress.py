@@ -44,10 +44,11 @@ def test_blocks_report_every_step_run_and_keep_the_numbers(monkeypatch, checkpoi
     assert again["metrics"] == first["metrics"]
 
 
-def test_block_follows_model_and_sequences():
-    assert evaluation.eval_block(n_weights=10**8, n_seq=1) == 20
-    assert evaluation.eval_block(n_weights=10**8, n_seq=64) == 1
-    assert evaluation.eval_block(n_weights=10**3, n_seq=1) == evaluation.EVAL_BLOCK_STEPS
+def test_block_follows_model_sequences_and_device():
+    assert evaluation.eval_block(n_weights=10**8, n_seq=1, on_gpu=False) == 20
+    assert evaluation.eval_block(n_weights=10**8, n_seq=64, on_gpu=False) == 1
+    assert evaluation.eval_block(n_weights=10**8, n_seq=64, on_gpu=True) == 156
+    assert evaluation.eval_block(n_weights=10**3, n_seq=1, on_gpu=False) == evaluation.EVAL_BLOCK_STEPS
 
 
 def test_cli_prints_progress_on_stderr_and_json_on_stdout(monkeypatch, capsys, checkpoint):

@@ -21,11 +21,11 @@ from pvm_dist.run.session import Session
 from pvm_dist.run.state import RunState
 
 HELDOUT_SEQUENCES = 8  # at most this many sequences score a run's final model
-# A long eval runs in blocks of about this many weight-frames (weights x sequences x steps: on the order of a second
-# of a GPU's or a CPU core's work), at most EVAL_BLOCK_STEPS steps, and reports its progress after each. The blocks
-# follow from the model and n_seq only, not from timing, so two evals of one checkpoint add their error sums in the
-# same blocks and print the same numbers.
-EVAL_BLOCK_WORK = 2 * 10**9
+# A long eval runs in blocks of about this many weight-frames (weights x sequences x steps: on the order of a second's
+# work of a CPU core, or of a GPU: an H200 runs about 3e12 a second), at most EVAL_BLOCK_STEPS steps, and reports its
+# progress after each. The blocks follow from the model, n_seq and the device only, not from timing, so two evals of
+# one checkpoint add their error sums in the same blocks and print the same numbers.
+EVAL_BLOCK_WORK = {"cpu": 2 * 10**9, "gpu": 10**12}
 EVAL_BLOCK_STEPS = 10_000
 
 #: ``progress(done, total)``: steps run so far of an eval's ``total`` (its warm-up included).
@@ -43,9 +43,10 @@ def evaluate_state(state: RunState, data: str, steps: int = 300, n_seq: int = 1,
     return _frozen_run(state, data, steps, n_seq, data_path, backend, device, seed, warmup, progress)[0]
 
 
-def eval_block(n_weights: int, n_seq: int) -> int:
+def eval_block(n_weights: int, n_seq: int, on_gpu: bool) -> int:
     """Steps an eval runs between progress reports (see EVAL_BLOCK_WORK)."""
-    return max(1, min(EVAL_BLOCK_STEPS, EVAL_BLOCK_WORK // max(1, n_weights * n_seq)))
+    work = EVAL_BLOCK_WORK["gpu" if on_gpu else "cpu"]
+    return max(1, min(EVAL_BLOCK_STEPS, work // max(1, n_weights * n_seq)))
 
 
 def _frozen_run(state: RunState, data: str, steps: int, n_seq: int, data_path: str | None, backend: str,
@@ -57,7 +58,7 @@ def _frozen_run(state: RunState, data: str, steps: int, n_seq: int, data_path: s
     warmup = 2 * config.spec.n_layers if warmup is None else warmup
     if session.readout is not None:
         _check_score_masks(config, max(warmup, steps))
-    block, total, start = eval_block(session.engine.topo.n_weights, n_seq), warmup + steps, session.step
+    block, total, start = eval_block(session.engine.topo.n_weights, n_seq, session.on_gpu), warmup + steps, session.step
 
     def run(n: int) -> None:
         for first in range(0, n, block):
