@@ -279,9 +279,10 @@ def test_native_cuda_is_bit_identical(n_seq):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n_seq", [1, 3, 8])
+@pytest.mark.parametrize("n_seq", [1, 3, 8, 16, 64, 200])
 def test_native_cuda_chained_launches_change_nothing(n_seq, monkeypatch):
-    """A step's kernels launched as programmatic dependents (sm_90+) give the state of plain launches, bit for bit."""
+    """A step's kernels launched as programmatic dependents (sm_90+; PVM_CUDA_CHAIN=all: at every n_seq, not only
+    below 9) give the state of plain launches, bit for bit."""
     info = build_info()
     versions = [tuple(int(v) for v in info[k].split(".")[:2]) for k in ("cuda_runtime_version", "cuda_driver_version")]
     can_chain = float(info["devices"][0]["compute_capability"]) >= 9.0 and min(versions) >= (12, 3)
@@ -289,9 +290,9 @@ def test_native_cuda_chained_launches_change_nothing(n_seq, monkeypatch):
     frames = random_frames(spec, 40, n_seq=n_seq)
 
     def check(eng, flag):
-        assert eng.chained_launches == (flag == "1" and can_chain)
+        assert eng.chained_launches == (flag == "all" and can_chain)
 
-    assert_same_state(*states_under_switch(monkeypatch, "PVM_CUDA_CHAIN", spec, frames, n_seq, 40, check))
+    assert_same_state(*states_under_switch(monkeypatch, "PVM_CUDA_CHAIN", spec, frames, n_seq, 40, check, ("0", "all")))
 
 
 @pytest.mark.gpu

@@ -397,6 +397,7 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     PVM_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
     const char* chain = std::getenv("PVM_CUDA_CHAIN");
     chain_ = prop.major >= 9 && std::min(driver, runtime) >= 12030 && !(chain != nullptr && std::strcmp(chain, "0") == 0);
+    chain_all_ = chain_ && chain != nullptr && std::strcmp(chain, "all") == 0;  // (every n_seq: for comparisons)
     // Products on wgmma (wgmma_product.cuh) where a step has products (from kProductSeqs) and this binary
     // holds them for this device: an sm_90a build on compute capability 9.0 (PVM_CUDA_WGMMA=0 keeps mma.sync,
     // for comparisons). Only in the default precision: the opt-in modes run on mma.sync.
@@ -908,7 +909,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     PVM_CUDA_CHECK(launch(advance_step, 1, 1, 0, a));
 }
 
-bool CudaEngine::chained_launches() const { return chain_ && cfg_.n_seq < kProductSeqs; }
+bool CudaEngine::chained_launches() const { return chain_ && (chain_all_ || cfg_.n_seq < kProductSeqs); }
 bool CudaEngine::wgmma_products() const { return wgmma_; }
 
 template <class Pixel>
