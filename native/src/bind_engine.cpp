@@ -120,7 +120,7 @@ void bind_engine(py::module_& m) {
         .def_property_readonly("device", &pvm::Engine::device_name)
         .def_property_readonly("chained_launches", &pvm::Engine::chained_launches,
                                "Whether a step's kernels launch as programmatic dependents of each other (CUDA, sm_90+, "
-                               "CUDA 12.3+, up to 8 sequences; PVM_CUDA_CHAIN=0 turns it off).")
+                               "CUDA 12.3+, up to 16 sequences; PVM_CUDA_CHAIN=0 turns it off, =all chains every n_seq).")
         .def_property_readonly("wgmma_products", &pvm::Engine::wgmma_products,
                                "Whether per-unit products run on wgmma (CUDA, from 9 sequences, an sm_90a build on compute "
                                "capability 9.0; PVM_CUDA_WGMMA=0 turns it off).")

@@ -57,6 +57,12 @@ constexpr int64_t kMmaMinSeqs = 2, kMmaMaxSeqs = 64, kMmaW1MaxSeqs = 32, kProduc
 // The hidden deltas' split sums up to this many sequences (H100, small, bench against the product: 5 +12.3%,
 // 8 +11.0%, 16 +4.1%, 32 -1.6%; workbench at 32: 34.0 against 30.9 us).
 constexpr int64_t kSplitMaxSeqs = 16;
+// Chained launches up to this many sequences (PVM_CUDA_CHAIN=0: none, =all: at every n_seq). H100, engine A/B
+// (PVM_CUDA_CHAIN=all against the default of then, chained below 9), frames/s: small 9 / 12 / 16 / 24 +2.6 / +2.9 /
+// +2.5 / -2.6%, med +1.7 / +1.7 / +1.6 / +1.4%, LARGE +0.8 / +0.6 / +0.7 / -0.3%; 32 small -2.0%, med +0.8%; 64, 256
+// and 1,024 -6 to -11% on both (there the chained kernels' early blocks hold SM slots the running pass's tail
+// wants). Decided in 2026-11 at 16-64 (-1%) on the kernels of then.
+constexpr int64_t kChainMaxSeqs = 16;
 constexpr int64_t kFmaMinSeqs = 33;  // PVM_CUDA_FMA (an experiment): W1's products on FMAs from here
 // The updates run on FMAs (default precision) up to this many sequences: the W1 update from kMmaW1MaxSeqs + 1
 // (W1Update::FmaTilesFew up to kMmaMaxSeqs, FmaTilesMid above), the W0 update from kMmaMaxSeqs + 1
@@ -871,11 +877,10 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     using namespace kernels;
     const int T = kThreads;
     const unsigned seqs = static_cast<unsigned>(n);
-    // Chained launches (dependent_launch.cuh) up to 8 sequences, where a step is short and its 7-8
+    // Chained launches (dependent_launch.cuh) up to kChainMaxSeqs sequences, where a step is short and its
     // launch boundaries weigh most. H200, small, frames/s unchained -> chained: n_seq 1 8,814 -> 8,945,
     // 2 15,515 -> 16,146, 4 26,440 -> 27,251, 8 41,096 -> 42,323 (-> 27,625 and 42,916 with the W and V
-    // copies moved ahead of the wait); 16, 32 and 64 lost 1% (66,153 -> 65,573, 105,675 -> 105,027,
-    // 131,417 -> 129,811), 256 +0.7%. Profiling records an event between phases: each phase's time is
+    // copies moved ahead of the wait). Profiling records an event between phases: each phase's time is
     // then its own, unchained.
     const StepLaunch launch{stream_, chained_launches() && std::is_same_v<std::decay_t<Mark>, NoMark>};
     PVM_CUDA_CHECK(launch(assemble_inputs<Pixel, kGatherEntries>,
@@ -909,7 +914,7 @@ void CudaEngine::enqueue_step(const Pixel* d_frames, Mark&& mark, int64_t n_fram
     PVM_CUDA_CHECK(launch(advance_step, 1, 1, 0, a));
 }
 
-bool CudaEngine::chained_launches() const { return chain_ && (chain_all_ || cfg_.n_seq < kProductSeqs); }
+bool CudaEngine::chained_launches() const { return chain_ && (chain_all_ || cfg_.n_seq <= kChainMaxSeqs); }
 bool CudaEngine::wgmma_products() const { return wgmma_; }
 
 template <class Pixel>

@@ -9,9 +9,9 @@
 // the one before it has completed: no programmatic edge crosses a step). Every block
 // calls await_prior_kernels() on every path, so a kernel ends only after all before it have ended and
 // their writes are visible: the chain keeps stream order.
-// Without the launch attribute (pre-Hopper, CUDA before 12.3, PVM_CUDA_CHAIN=0, profiling, and from 9
-// sequences on, where it did not pay: cuda_engine.cu; PVM_CUDA_CHAIN=all chains there too, for comparisons) both
-// calls do nothing.
+// Without the launch attribute (pre-Hopper, CUDA before 12.3, PVM_CUDA_CHAIN=0, profiling, and past 16
+// sequences, where it does not pay: cuda_engine.cu's kChainMaxSeqs; PVM_CUDA_CHAIN=all chains there too, for
+// comparisons) both calls do nothing.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -92,7 +92,7 @@ private:
     // sequences): on sm_90 and later with CUDA 12.3 or later, unless the environment sets
     // PVM_CUDA_CHAIN=0 (to compare, or to rule it out).
     bool chain_ = false;
-    bool chain_all_ = false;  // PVM_CUDA_CHAIN=all: chained at every n_seq, not only below kProductSeqs (A/Bs)
+    bool chain_all_ = false;  // PVM_CUDA_CHAIN=all: chained at every n_seq, not only up to kChainMaxSeqs (A/Bs)
     bool wgmma_ = false;  // products on wgmma where measured ahead (from kProductSeqs, sm_90a build, capability 9.0, FP32 precision)
 
     // Topology on the device.

@@ -43,7 +43,7 @@ public:
     virtual std::string device_name() const = 0;
 
     // Whether a step's kernels launch as programmatic dependents of each other (the CUDA engine on sm_90+
-    // with CUDA 12.3+, up to 8 sequences, unless PVM_CUDA_CHAIN=0).
+    // with CUDA 12.3+, up to 16 sequences, unless PVM_CUDA_CHAIN=0; =all: every n_seq).
     virtual bool chained_launches() const { return false; }
 
     // Whether per-unit products run on wgmma (the CUDA engine from 9 sequences, built for sm_90a, on compute

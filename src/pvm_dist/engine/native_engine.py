@@ -157,7 +157,7 @@ class NativeEngine(EngineBase):
 
     @property
     def chained_launches(self) -> bool:
-        """Whether a step's kernels launch chained (CUDA, sm_90+, up to 8 sequences; ``PVM_CUDA_CHAIN=0``: off)."""
+        """Whether a step's kernels launch chained (CUDA, sm_90+, up to 16 sequences; ``PVM_CUDA_CHAIN=0``: off, ``=all``: at every n_seq)."""
         return bool(self._engine.chained_launches)
 
     @property
