@@ -48,7 +48,8 @@ def test_progress_lines_reach_a_captured_log_while_the_run_goes_on(env, tmp_path
 
 def test_a_log_lines_eta_comes_from_the_wall_clock_after_the_first_report(monkeypatch):
     """The first report's interval holds the start-up (on a GPU 20-50x slower than the run): its line says no ETA;
-    later lines take the rate since the first report, pictures and checkpoints included; the last says 0."""
+    later lines take the rate since the first report, pictures and checkpoints included; the last says 0, and gives
+    the mean rate since the first report (its own interval holds the animation's host steps)."""
     import io
 
     from pvm_dist.cli import progress
@@ -64,6 +65,7 @@ def test_a_log_lines_eta_comes_from_the_wall_clock_after_the_first_report(monkey
     got = out.getvalue().splitlines()
     assert [line.rsplit("ETA ", 1)[1] for line in got] == ["–", "0:01:30", "0:01:20", "0:00:00"], got
     assert got[0].startswith("first step 1,000/101,000 (1%)  454 steps/s  454 frames/s  err 30.00 px RMSE"), got[0]
+    assert got[-1].startswith("first step 101,000/101,000 (100%)  4,762 steps/s  4,762 frames/s (mean)  err"), got[-1]
 
 
 def test_eval_scores_the_checkpoints_data_says_it_wraps_and_gives_a_verdict(env, tmp_path: Path):

@@ -50,14 +50,18 @@ class LogLines:
         t0, s0 = self._origin
         # From the wall clock since the first report (pictures, checkpoints included). The first report's own
         # interval holds the start-up (on a GPU, 1,000 steps at 454 steps/s for a run then at 23,000): no ETA from it.
+        rate, frames, mean = p.steps_per_s, p.frames_per_s, ""
         if p.step >= p.steps:
             eta = _clock(0)
+            if p.step > s0 and now > t0:  # the last interval alone holds the animation's host steps: the mean instead
+                rate, mean = (p.step - s0) / (now - t0), " (mean)"
+                frames = rate * (p.frames_per_s / p.steps_per_s if p.steps_per_s else 1.0)
         elif p.step > s0 and now > t0:
             eta = _clock((p.steps - p.step) * (now - t0) / (p.step - s0))
         else:
             eta = "–"
-        print(f"{self.name} step {p.step:,}/{p.steps:,} ({100 * p.step / p.steps:.0f}%)  {p.steps_per_s:,.0f} steps/s  "
-              f"{p.frames_per_s:,.0f} frames/s  err {error_text(p)}  ETA {eta}", file=self.stream, flush=True)
+        print(f"{self.name} step {p.step:,}/{p.steps:,} ({100 * p.step / p.steps:.0f}%)  {rate:,.0f} steps/s  "
+              f"{frames:,.0f} frames/s{mean}  err {error_text(p)}  ETA {eta}", file=self.stream, flush=True)
 
 
 class EvalLines:
