@@ -326,6 +326,26 @@ def test_native_cuda_own_output_deltas_change_nothing(name, n_seq, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name,n_seq", [("tiny", 5), ("small", 5), ("small", 9), ("small", 16), ("med", 12)])
+def test_native_cuda_split_hidden_deltas_own_output_deltas_change_nothing(name, n_seq, monkeypatch):
+    """PVM_CUDA_SPLIT_OWN=1 (an experiment): at 5-16 sequences hidden_deltas_split computes its units' output deltas
+    in output_deltas' groups (no output_deltas launch): the state and the error sums of output_deltas, bit for bit."""
+    spec = transitions(name, 40)
+    frames = random_frames(spec, 40, n_seq=n_seq, seed=7)
+    states, sums = [], []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("PVM_CUDA_SPLIT_OWN", flag)
+        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
+        eng.run(40, iter(frames))
+        states.append(eng.state())
+        sums.append(eng.take_metric_sums())
+    assert_same_state(*states)
+    for got, want in zip(sums[1], sums[0]):
+        assert np.array_equal(got, want)
+    assert sums[1][2] > 0 and np.any(sums[1][0] > 0)  # (sums were taken)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["tiny", "small", "med"])
 def test_native_cuda_streamed_w1_pass_changes_nothing(name, monkeypatch):
     """At one sequence W1's pass streamed by resident blocks (w1_stream_pass, sm_90) gives weight_pass_single's state

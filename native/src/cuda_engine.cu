@@ -534,13 +534,18 @@ CudaEngine::CudaEngine(Topology topo, EngineConfig cfg, int device) : Engine(std
     hd_own_deltas_ = n <= kernels::kHdOwnDeltasSeqs && !(own != nullptr && std::strcmp(own, "0") == 0);
     split_hidden_deltas_ = n >= kHiddenProductSeqs && n <= kSplitMaxSeqs && longest <= kernels::kSplitMaxLen &&
                            t.hidden <= kernels::kSplitRows;
+    // PVM_CUDA_SPLIT_OWN=1 (an experiment): hidden_deltas_split computes its units' output deltas, with no
+    // output_deltas launch.
+    const char* split_own = std::getenv("PVM_CUDA_SPLIT_OWN");
+    split_own_deltas_ = split_hidden_deltas_ && split_own != nullptr && std::strcmp(split_own, "1") == 0;
     if (split_hidden_deltas_) {
         by_precision(cfg_.precision, [&](auto prec) {
             by_bucket_of_16(n, [&](auto bucket) {
                 constexpr int NS = decltype(bucket)::value;
-                PVM_CUDA_CHECK(cudaFuncSetAttribute(kernels::hidden_deltas_split<NS, decltype(prec)::value>,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(kernels::split_shared_bytes<NS>())));
+                for (auto kernel : {kernels::hidden_deltas_split<NS, decltype(prec)::value, false>,
+                                    kernels::hidden_deltas_split<NS, decltype(prec)::value, true>})
+                    PVM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        static_cast<int>(kernels::split_shared_bytes<NS>())));
             });
         });
     } else if (n >= kHiddenProductSeqs) {
@@ -752,12 +757,12 @@ void CudaEngine::launch_deltas(const kernels::StepArgs& a, const kernels::StepLa
         });
         return;
     }
-    launch_output_deltas(a, launch);
+    if (!(split_hidden_deltas_ && split_own_deltas_)) launch_output_deltas(a, launch);
     if (split_hidden_deltas_) {
         by_bucket_of_16(a.n_seq, [&](auto bucket) {
             constexpr int NS = decltype(bucket)::value;
-            PVM_CUDA_CHECK(
-                launch(hidden_deltas_split<NS, P>, static_cast<unsigned>(a.n_units), kSplitThreads, split_shared_bytes<NS>(), a));
+            auto kernel = split_own_deltas_ ? hidden_deltas_split<NS, P, true> : hidden_deltas_split<NS, P, false>;
+            PVM_CUDA_CHECK(launch(kernel, static_cast<unsigned>(a.n_units), kSplitThreads, split_shared_bytes<NS>(), a));
         });
     } else if (a.n_seq <= HiddenDeltas::MmaTilesFew::kCols) {
         launch_product<HiddenDeltas, WithPrecision<HiddenDeltas::MmaTilesFew, P>>(a, hidden_deltas_, launch);

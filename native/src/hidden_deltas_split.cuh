@@ -42,8 +42,10 @@ __host__ __device__ constexpr size_t split_shared_bytes() {
 
 // A block per unit (grid n_units), kSplitThreads threads, split_shared_bytes<NS>() of dynamic shared memory; NS a
 // multiple of 8 with n_seq <= NS. W1's spans move as the 16-byte groups that cover them: the weights need 3 floats
-// allocated past W1's end (the engine's kWindowSlack).
-template <int NS, Precision P = Precision::kFp32>
+// allocated past W1's end (the engine's kWindowSlack). With OwnDeltas the block first computes its unit's output
+// deltas (output_deltas' work for its outputs, group by group through the same function: the same delta_out and
+// error sums), so that output_deltas need not run (PVM_CUDA_SPLIT_OWN=1, an experiment).
+template <int NS, Precision P = Precision::kFp32, bool OwnDeltas = false>
 __global__ void __launch_bounds__(kSplitThreads, 2) hidden_deltas_split(StepArgs a) {
     static_assert(NS % 8 == 0 && NS >= 8 && NS <= 16, "sequences in tiles of 8; 32 was slower than the product");
     using M = TensorMath<P>;
@@ -67,6 +69,18 @@ __global__ void __launch_bounds__(kSplitThreads, 2) hidden_deltas_split(StepArgs
     for (int e = tid; e < kSplitSpan; e += kSplitThreads) last[e] = 0.0f;
     __syncthreads();  // (the zeros before any copy lands there)
     await_prior_kernels();  // delta_out is the step's (output_deltas), and the step counter
+    if constexpr (OwnDeltas) {
+        // The unit's outputs j in output_deltas' groups of a.delta_group sequences, an (output, group) a thread.
+        const int64_t s = *a.step, y0 = a.y_off[u], groups = delta_groups(a.n_seq, a.delta_group);
+        const int cur = ring_slot(s), old_slot = ring_slot(s - 2);
+        for (int64_t e = tid; e < K * groups; e += kSplitThreads) {
+            const int64_t j = y0 + e % K, g = e / K, q_begin = g * a.delta_group;
+            const int64_t q_end = q_begin + a.delta_group < a.n_seq ? q_begin + a.delta_group : a.n_seq;
+            output_delta<kSeqGroup>(a, s, cur, old_slot, j, a.target_src[j], a.baseline_src[j], g, q_begin, q_end,
+                                    [&](int64_t q, float d) { a.delta_out[q * a.y_total + j] = d; });
+        }
+        __syncthreads();  // the block's delta_out stores before its copies read them
+    }
     // This thread's outputs (k, q) = (o % kSplitRows, o / kSplitRows), o = tid + c kSplitThreads: h(s-2) read now,
     // while the slabs load.
     constexpr int kOuts = kSplitRows * NS / kSplitThreads;

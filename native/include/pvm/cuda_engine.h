@@ -127,6 +127,7 @@ private:
     // The hidden deltas of kHiddenProductSeqs to kSplitMaxSeqs sequences on hidden_deltas_split (W1's rows short, at most
     // kSplitRows hidden rows), else as the product (hidden_deltas_'s tiles).
     bool split_hidden_deltas_ = false;
+    bool split_own_deltas_ = false;  // hidden_deltas_split computes the output deltas (PVM_CUDA_SPLIT_OWN=1)
     // Experiment (PVM_CUDA_FMA, letters f, u, h, w; FP32 precision, from kFmaMinSeqs sequences): the W1 forward, the W1
     // update, the hidden deltas or the W0 update (above kMmaMaxSeqs) in plain FP32 FMAs (fma_product.cuh). 0: the
     // default kernels; 1 or 2: the product's first or second FMA shape (lower or upper case letter).
