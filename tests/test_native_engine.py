@@ -265,6 +265,22 @@ def states_under_switch(monkeypatch, switch, spec, frames, n_seq, steps, check=N
     return states
 
 
+def assert_switch_keeps_state_and_sums(monkeypatch, switch, spec, frames, n_seq, steps):
+    """The state and the metric (error) sums after ``steps`` steps are the same, bit for bit, with ``switch`` at "0"
+    and at "1" (where the output deltas are computed moves, not how)."""
+    states, sums = [], []
+    for flag in ("0", "1"):
+        monkeypatch.setenv(switch, flag)
+        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
+        eng.run(steps, iter(frames))
+        states.append(eng.state())
+        sums.append(eng.take_metric_sums())
+    assert_same_state(*states)
+    for got, want in zip(sums[1], sums[0]):
+        assert np.array_equal(got, want)
+    assert sums[1][2] > 0 and np.any(sums[1][0] > 0)  # (sums were taken)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n_seq", [1, 3, 4, 16, 64, 200])
 def test_native_cuda_is_bit_identical(n_seq):
@@ -312,17 +328,7 @@ def test_native_cuda_own_output_deltas_change_nothing(name, n_seq, monkeypatch):
     the error sums of output_deltas, bit for bit (one function computes both)."""
     spec = transitions(name, 40)
     frames = random_frames(spec, 40, n_seq=n_seq, seed=6)
-    states, sums = [], []
-    for flag in ("0", "1"):
-        monkeypatch.setenv("PVM_CUDA_OWN_DELTAS", flag)
-        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
-        eng.run(40, iter(frames))
-        states.append(eng.state())
-        sums.append(eng.take_metric_sums())
-    assert_same_state(*states)
-    for got, want in zip(sums[1], sums[0]):
-        assert np.array_equal(got, want)
-    assert sums[1][2] > 0 and np.any(sums[1][0] > 0)  # (sums were taken)
+    assert_switch_keeps_state_and_sums(monkeypatch, "PVM_CUDA_OWN_DELTAS", spec, frames, n_seq, 40)
 
 
 @pytest.mark.gpu
@@ -332,17 +338,7 @@ def test_native_cuda_split_hidden_deltas_own_output_deltas_change_nothing(name, 
     in output_deltas' groups (no output_deltas launch): the state and the error sums of output_deltas, bit for bit."""
     spec = transitions(name, 40)
     frames = random_frames(spec, 40, n_seq=n_seq, seed=7)
-    states, sums = [], []
-    for flag in ("0", "1"):
-        monkeypatch.setenv("PVM_CUDA_SPLIT_OWN", flag)
-        eng = build_engine(spec, backend="native", n_seq=n_seq, device="cuda")
-        eng.run(40, iter(frames))
-        states.append(eng.state())
-        sums.append(eng.take_metric_sums())
-    assert_same_state(*states)
-    for got, want in zip(sums[1], sums[0]):
-        assert np.array_equal(got, want)
-    assert sums[1][2] > 0 and np.any(sums[1][0] > 0)  # (sums were taken)
+    assert_switch_keeps_state_and_sums(monkeypatch, "PVM_CUDA_SPLIT_OWN", spec, frames, n_seq, 40)
 
 
 @pytest.mark.gpu
