@@ -60,8 +60,9 @@ constexpr int64_t kSplitMaxSeqs = 16;
 // Chained launches up to this many sequences (PVM_CUDA_CHAIN=0: none, =all: at every n_seq). H100, engine A/B
 // (PVM_CUDA_CHAIN=all against the default of then, chained below 9), frames/s: small 9 / 12 / 16 / 24 +2.6 / +2.9 /
 // +2.5 / -2.6%, med +1.7 / +1.7 / +1.6 / +1.4%, LARGE +0.8 / +0.6 / +0.7 / -0.3%; 32 small -2.0%, med +0.8%; 64, 256
-// and 1,024 -6 to -11% on both (there the chained kernels' early blocks hold SM slots the running pass's tail
-// wants). Decided in 2026-11 at 16-64 (-1%) on the kernels of then.
+// and 1,024 -6 to -11% on both (the phases, timed unchained, are equal in both arms: presumably the chained kernels'
+// early blocks hold SM slots the running pass's tail wants; not profiled). Decided in 2026-11 at 16-64 (-1%) on the
+// kernels of then.
 constexpr int64_t kChainMaxSeqs = 16;
 constexpr int64_t kFmaMinSeqs = 33;  // PVM_CUDA_FMA (an experiment): W1's products on FMAs from here
 // The updates run on FMAs (default precision) up to this many sequences: the W1 update from kMmaW1MaxSeqs + 1
