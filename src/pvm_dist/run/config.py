@@ -52,13 +52,17 @@ class RunConfig:
     run_key: str | None = None  # tags that run from its start, so a resume finds it before its id is known
 
     def __post_init__(self) -> None:
-        problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in
-                    (("steps", 1), ("n_seq", 1), ("metrics_every", 1), ("picture_every", 0), ("animation_frames", 0),
-                     ("checkpoint_every", 0), ("keep_checkpoints", 1), ("keep_every", 0), ("readout_from", 0),
-                     ("heldout_steps", 0)) if getattr(self, name) < low]
-        problems += [f"{name} must be <= {MAX_STEPS:,} (2^53), got {getattr(self, name):,}" for name in
-                     ("steps", "metrics_every", "picture_every", "animation_frames", "checkpoint_every", "keep_every",
-                      "readout_from", "heldout_steps") if getattr(self, name) > MAX_STEPS]
+        problems = []
+        for name, low, high in (("steps", 1, MAX_STEPS), ("n_seq", 1, None), ("metrics_every", 1, MAX_STEPS),
+                                ("picture_every", 0, MAX_STEPS), ("animation_frames", 0, MAX_STEPS),
+                                ("checkpoint_every", 0, MAX_STEPS), ("keep_checkpoints", 1, None),
+                                ("keep_every", 0, MAX_STEPS), ("readout_from", 0, MAX_STEPS),
+                                ("heldout_steps", 0, MAX_STEPS)):  # (a field, its least, its most: step counts)
+            value = getattr(self, name)
+            if value < low:
+                problems.append(f"{name} must be >= {low}, got {value}")
+            elif high is not None and value > high:
+                problems.append(f"{name} must be <= {high:,} (2^53), got {value:,}")
         if self.readout_lr is not None and not 0 <= self.readout_lr <= FLOAT32_MAX:
             problems.append(f"readout_lr must be a number from 0 to {FLOAT32_MAX:.4g} (float32), got {self.readout_lr}")
         if problems:
