@@ -31,9 +31,12 @@ class FolderLock:
 
 def _try_flock(fd: int, exclusive: bool) -> bool | None:
     """Lock ``fd`` without waiting: True, False while another process holds it, or None where the file system has no
-    flock (some network mounts answer ENOLCK): there is nothing to hold, which is not a folder in use."""
-    import fcntl
-
+    flock (some network mounts answer ENOLCK) or no fcntl at all (Windows): there is nothing to hold, which is not a
+    folder in use."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
     try:
         fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
     except OSError as exc:
@@ -51,10 +54,6 @@ def _locked(fd: int, exclusive: bool) -> FolderLock | None:
 
 
 def _lock(folder: Path, exclusive: bool) -> FolderLock | None:
-    try:
-        import fcntl  # noqa: F401  (Windows has none: every folder counts as free)
-    except ImportError:
-        return FolderLock(None)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder, os.O_RDONLY)
@@ -76,10 +75,6 @@ def claim(folder: Path) -> FolderLock | None:
 def take(lock_file: Path) -> FolderLock | None:
     """Hold ``lock_file`` (created if need be; its folder must exist) for this process alone, or None while another
     process holds it. The file stays: removing a lock file races with a process about to lock it."""
-    try:
-        import fcntl  # noqa: F401
-    except ImportError:
-        return FolderLock(None)
     return _locked(os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644), exclusive=True)
 
 
